@@ -1,0 +1,61 @@
+# vllm_omni.serve: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything large (tool venv, engine venvs, lab rootfs) is cached outside the repo in $(CACHE).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CACHE ?= $(HOME)/.cache/vllm-omni-serve
+TOOLS := $(CACHE)/tools-$(shell sha256sum requirements/tools.txt | cut -c1-12)
+export PATH := $(TOOLS)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+
+INVENTORY ?= inventories/example
+OUT ?= render
+
+.PHONY: help tools test lint unit golden-update docs docs-check render demo bench build clean
+
+help:
+	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root)"
+	@echo "make test        lint + unit + golden tests (installs what it needs)"
+	@echo "make render INVENTORY=dir OUT=dir   write the plan and every pipeline's files (controller only)"
+	@echo "make docs        regenerate docs/variables.md and the README support matrix"
+	@echo "make bench       planner benchmark (docs/benchmarks.md)"
+
+tools: $(TOOLS)/.complete
+$(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
+	scripts/bootstrap-tools.sh $(TOOLS)
+
+test: tools lint unit
+
+lint: tools
+	ruff check .
+	yamllint --strict .
+	ansible-lint --offline -q
+	python scripts/gen_docs.py --check
+
+unit: tools
+	python -m pytest
+
+golden-update: tools
+	VLLM_OMNI_GOLDEN_UPDATE=1 python -m pytest tests/unit/test_golden.py
+
+docs: tools
+	python scripts/gen_docs.py
+
+render: tools
+	ansible-playbook playbooks/render.yml -i $(INVENTORY) -e vllm_omni_render_dir=$(abspath $(OUT))
+
+bench: tools
+	python benchmarks/plan_render.py
+
+build: tools
+	rm -rf .cache/build && mkdir -p .cache/build
+	ansible-galaxy collection build --force --output-path .cache/build
+
+demo:
+	@echo "make demo: the local lab (systemd-nspawn hosts) is not built yet; see README 'Status'." >&2
+	@exit 2
+
+clean:
+	rm -rf render .cache .pytest_cache .ruff_cache

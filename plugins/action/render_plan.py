@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""Controller-side action for vllm_omni.serve.render_plan (documentation in plugins/modules)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import RenderDirError, render_tree, write_tree
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("plan", "dest"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        unknown = sorted(set(args) - self._VALID_ARGS)
+        if unknown:
+            raise AnsibleActionFail(f"render_plan: unknown option(s) {', '.join(unknown)}; it takes plan and dest")
+        plan, dest = args.get("plan"), args.get("dest")
+        if not isinstance(plan, dict) or "hosts" not in plan:
+            raise AnsibleActionFail("render_plan: plan must be the output of the vllm_omni.serve.plan filter")
+        if not dest or not isinstance(dest, str):
+            raise AnsibleActionFail("render_plan: dest is required, e.g. dest: /tmp/vllm-omni-render")
+        try:
+            outcome = write_tree(render_tree(plain(plan)), dest, check_mode=self._task.check_mode)
+        except (RenderDirError, OSError) as error:
+            raise AnsibleActionFail(f"render_plan: {error}") from None
+        result.update(outcome)
+        return result

@@ -1,0 +1,57 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: deployment_plan
+short_description: Validate the inventory and set the vLLM-Omni deployment plan as a fact
+version_added: 0.1.0
+description:
+  - Runs the planner (the same code as the M(vllm_omni.serve.plan) filter) on the controller over the
+    hosts of groups C(vllm_omni) and C(vllm_omni_router), and sets the fact C(vllm_omni_plan).
+  - On bad input the task fails with one message listing every problem (host, variable, fix);
+    nothing else runs and no host is touched.
+  - Takes no options; the settings are the inventory's C(vllm_omni_*) variables (C(docs/variables.md)).
+attributes:
+  check_mode:
+    support: full
+    description: Computes the plan the same way; changes nothing in any mode.
+  diff_mode:
+    support: none
+author:
+  - vllm_omni.serve contributors
+"""
+
+EXAMPLES = r"""
+- name: Plan | validate the inventory and compute the plan
+  vllm_omni.serve.deployment_plan:
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(vllm_omni_plan), the plan (see the M(vllm_omni.serve.plan) filter for its keys).
+  type: dict
+  returned: success
+summary:
+  description: Human-readable lines, what you set versus what the collection computed.
+  type: list
+  elements: str
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module.fail_json(msg="vllm_omni.serve.deployment_plan runs on the controller through its action plugin; "
+                         "call it from a play, not with ansible -m")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The support table (``data/support.yml``) and per-version engine data (``data/engines/``).
+
+Both ship inside the collection, so the planner works the same from a checkout and from an
+installed collection. The files are read once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+try:
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # PyYAML without libyaml
+    _Loader = yaml.SafeLoader
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """One row of the support table plus what the engine itself told us about that version."""
+
+    version: str
+    vllm: str
+    schema: str  # "stage_args" (legacy) or "stages" (deploy schema)
+    config_flag: str
+    layouts: tuple[str, ...]
+    pd_refused_because: str
+    data: dict[str, Any]
+
+    @property
+    def importables(self) -> frozenset[str]:
+        return frozenset(self.data["importables"])
+
+    @property
+    def serve_flags(self) -> frozenset[str]:
+        return frozenset(self.data["serve_flags"])
+
+
+def _load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_Loader)  # noqa: S506 - CSafeLoader/SafeLoader only
+
+
+@functools.lru_cache(maxsize=None)
+def support_table() -> dict[str, EngineVersion]:
+    table = _load_yaml(DATA_DIR / "support.yml")["versions"]
+    rows = {}
+    for version, row in table.items():
+        rows[version] = EngineVersion(
+            version=version,
+            vllm=row["vllm"],
+            schema=row["schema"],
+            config_flag=row["config_flag"],
+            layouts=tuple(row["layouts"]),
+            pd_refused_because=" ".join(str(row.get("pd_refused_because", "")).split()),
+            data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
+        )
+    return rows
+
+
+def supported_versions() -> list[str]:
+    return sorted(support_table(), key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def versions_with_layout(layout: str) -> list[str]:
+    return [v for v in supported_versions() if layout in support_table()[v].layouts]
+
+
+@functools.lru_cache(maxsize=None)
+def companions() -> dict[str, Any]:
+    """Pinned companion packages (simulator, router, Mooncake variants)."""
+    return _load_yaml(DATA_DIR / "support.yml")["companions"]

@@ -1,0 +1,680 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The planner: inventory settings in, one deployment plan out. Pure and deterministic.
+
+``build_plan(inventory)`` validates every setting (raising ``PlanError`` with every problem
+found, each naming the host, the variable and the fix) and returns a JSON-serialisable plan:
+per host, the pipelines with their GPU sets, stage layout, ports, KV-transfer settings,
+environment, engine argv and stage-config document, plus the deployment's worker URLs.
+
+The plan is the one source of truth for ports, paths and versions: roles, templates and the
+render playbook read it and never recompute what it says.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from . import _engine_data, _stage_config
+from ._settings import (
+    BY_NAME,
+    COMPUTED_FACTS,
+    DEPLOYMENT,
+    HOST,
+    REMOVED_SETTINGS,
+    SETTINGS,
+    SettingError,
+    show,
+)
+from ._stages import (
+    ENGINE_ARGS,
+    LAYOUT_ROLES,
+    MODEL_STAGE,
+    OWNED_ENGINE_ARGS,
+    OWNED_SAMPLING_PARAMS,
+    ROLE_ALIASES,
+    SAMPLING_PARAMS,
+)
+
+PLAN_SCHEMA = 1
+ENGINE_GROUP = "vllm_omni"
+ROUTER_GROUP = "vllm_omni_router"
+HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# Each prefill/decode GPU worker runs one Mooncake transfer engine with two listeners
+# (handshake + TCP data); doubled for restarts that briefly overlap.
+MOONCAKE_PORTS_PER_KV_WORKER = 4
+EPHEMERAL_PORTS = (32768, 60999)  # Linux default net.ipv4.ip_local_port_range
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    variable: str
+    problem: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.where}: {self.variable} {self.problem}"
+        if self.fix:
+            text += f" -> {self.fix}"
+        return text
+
+
+class PlanError(Exception):
+    """The inventory cannot be planned. ``problems`` lists every reason; nothing was changed."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        count = len(problems)
+        head = f"vllm_omni.serve: the inventory has {count} problem{'s' if count != 1 else ''}; nothing was changed."
+        super().__init__("\n".join([head] + [f"  - {p.line()}" for p in problems]))
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, where: str, variable: str, problem: str, fix: str = "") -> None:
+        self.items.append(Problem(where, variable, problem, fix))
+
+    def setting(self, where: str, name: str, error: SettingError) -> None:
+        self.add(where, name, error.problem, error.fix)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise PlanError(_merge_hosts(self.items))
+
+
+def _merge_hosts(problems: list[Problem]) -> list[Problem]:
+    """One line for a problem that several hosts share (e.g. a misspelled -e variable)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    order: list[tuple[str, str, str] | Problem] = []
+    for problem in problems:
+        if not problem.where.startswith("host "):
+            order.append(problem)
+            continue
+        key = (problem.variable, problem.problem, problem.fix)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(problem.where[len("host "):])
+    merged = []
+    for item in order:
+        if isinstance(item, Problem):
+            merged.append(item)
+            continue
+        hosts = groups[item]
+        where = f"host {hosts[0]}" if len(hosts) == 1 else (
+            f"hosts {', '.join(hosts[:3])}" + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else ""))
+        merged.append(Problem(where, *item))
+    return merged
+
+
+def _host_where(host: str) -> str:
+    return f"host {host}"
+
+
+ALL_HOSTS = "all hosts (group_vars)"
+
+
+# --- inventory-level checks ---------------------------------------------------------------------
+
+
+def _check_names(host: str, variables: dict, problems: _Problems) -> None:
+    """Unknown, misspelled and removed settings."""
+    known = list(BY_NAME)
+    for name in variables:
+        if name in BY_NAME or name in COMPUTED_FACTS:
+            continue
+        if name in REMOVED_SETTINGS:
+            problems.add(_host_where(host), name, f"was removed: {REMOVED_SETTINGS[name]}")
+            continue
+        if name.startswith("vllm_omni_"):
+            guess = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            fix = f"did you mean {guess[0]}?" if guess else "see docs/variables.md for the settings"
+            problems.add(_host_where(host), name, "is not a setting of vllm_omni.serve", fix)
+            continue
+        guess = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if guess:
+            problems.add(_host_where(host), name, "looks like a misspelled setting", f"did you mean {guess[0]}?")
+
+
+def _deployment_settings(engine_hosts: list[str], hostvars: dict, problems: _Problems) -> tuple[dict, dict]:
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        if setting.scope != DEPLOYMENT:
+            continue
+        seen = {host: hostvars[host][setting.name] for host in engine_hosts if setting.name in hostvars[host]}
+        if not seen:
+            values[setting.name] = setting.default
+            sources[setting.name] = "default"
+            continue
+        if len(seen) != len(engine_hosts):
+            missing = [h for h in engine_hosts if h not in seen]
+            problems.add(ALL_HOSTS, setting.name,
+                         f"is set on some hosts but not on {', '.join(missing[:3])}"
+                         f"{' ...' if len(missing) > 3 else ''}; it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml")
+            continue
+        distinct = {show(v): h for h, v in seen.items()}
+        if len(distinct) > 1:
+            examples = ", ".join(f"{h}: {v}" for v, h in list(distinct.items())[:3])
+            problems.add(ALL_HOSTS, setting.name,
+                         f"differs between hosts ({examples}); it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml and remove the host_vars copies")
+            continue
+        raw = next(iter(seen.values()))
+        try:
+            values[setting.name] = setting.validate(raw)
+            sources[setting.name] = "inventory"
+        except SettingError as error:
+            problems.setting(ALL_HOSTS, setting.name, error)
+    return values, sources
+
+
+def _check_version_layout(settings: dict, problems: _Problems):
+    version = settings["vllm_omni_version"]
+    table = _engine_data.support_table()
+    if version not in table:
+        problems.add(ALL_HOSTS, "vllm_omni_version",
+                     f"is {show(version)}, which this collection has not been checked against",
+                     f"use one of: {', '.join(_engine_data.supported_versions())}")
+        return None
+    engine = table[version]
+    layout = settings["vllm_omni_layout"]
+    if layout not in engine.layouts:
+        with_layout = _engine_data.versions_with_layout(layout)
+        problems.add(ALL_HOSTS, "vllm_omni_layout",
+                     f"is {layout}, which vLLM-Omni {version} cannot run: {engine.pd_refused_because}",
+                     f"set vllm_omni_version to {' or '.join(with_layout)} for {layout}, "
+                     f"or vllm_omni_layout: {engine.layouts[0]}")
+        return None
+    return engine
+
+
+def _stage_overrides(settings: dict, layout: str, problems: _Problems) -> dict:
+    """{role: {"engine_args": {...}, "sampling": {...}}}, validated against the layout."""
+    roles = LAYOUT_ROLES[layout]
+    aliases = ROLE_ALIASES.get(layout, {})
+    result: dict[str, dict] = {role: {"engine_args": {}, "sampling": {}} for role in roles}
+    kinds = (
+        ("vllm_omni_stage_engine_args", "engine_args", ENGINE_ARGS, OWNED_ENGINE_ARGS),
+        ("vllm_omni_stage_sampling_params", "sampling", SAMPLING_PARAMS, OWNED_SAMPLING_PARAMS),
+    )
+    tp_requests: dict[str, Any] = {}
+    for setting_name, kind, allowed, owned in kinds:
+        by_stage = settings[setting_name]
+        # Aliases first so role-specific values win.
+        ordered = sorted(by_stage.items(), key=lambda item: (item[0] not in aliases, str(item[0])))
+        for stage, values in ordered:
+            targets = aliases.get(stage, (stage,))
+            if stage not in roles and stage not in aliases:
+                valid = ", ".join(list(roles) + list(aliases))
+                problems.add(ALL_HOSTS, f"{setting_name}.{stage}",
+                             f"names no stage of the {layout} layout", f"use one of: {valid}")
+                continue
+            if not isinstance(values, dict):
+                problems.add(ALL_HOSTS, f"{setting_name}.{stage}", f"must be a mapping, got {show(values)}",
+                             f"write e.g. {setting_name}: {{{stage}: {{...}}}}")
+                continue
+            for key, value in sorted(values.items(), key=lambda item: str(item[0])):
+                label = f"{setting_name}.{stage}.{key}"
+                if key == "tensor_parallel_size" and kind == "engine_args":
+                    for target in targets:
+                        tp_requests[target] = value
+                    continue
+                if key in owned:
+                    problems.add(ALL_HOSTS, label, "is computed by the collection and cannot be overridden",
+                                 f"set it through {owned[key]}")
+                    continue
+                if key not in allowed:
+                    guess = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
+                    fix = f"did you mean {guess[0]}?" if guess else f"overridable: {', '.join(sorted(allowed))}"
+                    problems.add(ALL_HOSTS, label, "is not an overridable setting", fix)
+                    continue
+                try:
+                    checked = allowed[key](value, label)
+                except SettingError as error:
+                    problems.setting(ALL_HOSTS, label, error)
+                    continue
+                for target in targets:
+                    result[target][kind][key] = checked
+    if tp_requests:
+        tp = settings["vllm_omni_tensor_parallel_size"]
+        sizes = {role: tp_requests.get(role, tp) for role in ("prefill", "decode") if role in roles}
+        if layout == "pd" and len(set(map(show, sizes.values()))) > 1:
+            problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                         f"sets tensor_parallel_size per stage (prefill {show(sizes['prefill'])}, decode "
+                         f"{show(sizes['decode'])}); MooncakeConnector needs prefill and decode equal, and the engine "
+                         "refuses the pair otherwise",
+                         "remove tensor_parallel_size from the stage overrides and set vllm_omni_tensor_parallel_size")
+        else:
+            problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                         "sets tensor_parallel_size, which the planner derives",
+                         "set vllm_omni_tensor_parallel_size instead")
+    return result
+
+
+def _check_extra_env(settings: dict, problems: _Problems) -> None:
+    owned = sorted(set(settings["vllm_omni_extra_env"]) & OWNED_ENV)
+    if owned:
+        problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                     f"sets {', '.join(owned)}, which the planner computes per pipeline",
+                     "remove them; see docs/variables.md (computed values) for the setting that controls each")
+
+
+OWNED_ENV = frozenset({
+    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
+    "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "HF_HOME", "HF_HUB_OFFLINE",
+    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN",
+})
+
+
+# --- hosts --------------------------------------------------------------------------------------
+
+
+def _host_value(host: str, variables: dict, name: str, problems: _Problems):
+    setting = BY_NAME[name]
+    if name not in variables:
+        return setting.default, "default"
+    try:
+        return setting.validate(variables[name]), "inventory"
+    except SettingError as error:
+        problems.setting(_host_where(host), name, error)
+        return None, "invalid"
+
+
+def _host_ip(host: str, variables: dict, problems: _Problems) -> str | None:
+    if "vllm_omni_ip" in variables:
+        ip, _ = _host_value(host, variables, "vllm_omni_ip", problems)
+        return ip
+    candidate = variables.get("ansible_host", host)
+    try:
+        address = ipaddress.ip_address(str(candidate))
+    except ValueError:
+        problems.add(_host_where(host), "vllm_omni_ip",
+                     f"is not set and ansible_host {show(candidate)} is a name, not an address; peers need an IP",
+                     "set vllm_omni_ip to the IPv4 address the other hosts reach this host on")
+        return None
+    try:
+        return BY_NAME["vllm_omni_ip"].validate(str(address))
+    except SettingError as error:
+        problems.add(_host_where(host), "vllm_omni_ip",
+                     f"is not set, and ansible_host {show(candidate)} cannot serve: {error.problem}",
+                     "set vllm_omni_ip to this host's IPv4 address on the network the other hosts share")
+        return None
+
+
+def _gpus_per_pipeline(layout: str, tp: int) -> int:
+    # pd: prefill TP + decode TP + one GPU shared by talker and code2wav.
+    # aggregated: thinker TP + one GPU shared by talker and code2wav (the engine's own layout).
+    return 2 * tp + 1 if layout == "pd" else tp + 1
+
+
+def _gpu_formula(layout: str, tp: int) -> str:
+    if layout == "pd":
+        return f"prefill TP {tp} + decode TP {tp} + 1 for talker/code2wav"
+    return f"thinker TP {tp} + 1 for talker/code2wav"
+
+
+def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _port_ranges(count: int, settings: dict, layout: str) -> list[tuple[str, str, tuple[int, int]]]:
+    api = settings["vllm_omni_api_port_base"]
+    ranges = [("API ports", "vllm_omni_api_port_base", (api, api + count - 1))]
+    if layout == "pd":
+        boot = settings["vllm_omni_bootstrap_port_base"]
+        low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+        ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (boot, boot + count - 1)))
+        ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
+    return ranges
+
+
+def _check_ports(host: str, count: int, settings: dict, layout: str, problems: _Problems) -> bool:
+    ok = True
+    ranges = _port_ranges(count, settings, layout)
+    for label, name, (low, high) in ranges:
+        if high > 65535:
+            problems.add(_host_where(host), name,
+                         f"gives {count} pipelines {label} {low}-{high}, past 65535",
+                         f"lower {name} to at most {65535 - count + 1}")
+            ok = False
+    for i, (label_a, name_a, range_a) in enumerate(ranges):
+        for label_b, name_b, range_b in ranges[i + 1:]:
+            if _ranges_overlap(range_a, range_b):
+                problems.add(_host_where(host), f"{name_a} / {name_b}",
+                             f"collide: {label_a} {range_a[0]}-{range_a[1]} overlap {label_b} "
+                             f"{range_b[0]}-{range_b[1]} ({count} pipelines on this host)",
+                             f"move {name_b} so the ranges do not overlap")
+                ok = False
+    if layout == "pd":
+        low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+        per_pipeline = (high - low + 1) // count
+        needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
+        if per_pipeline < needed:
+            problems.add(_host_where(host), "vllm_omni_mooncake_rpc_port_range",
+                         f"[{low}, {high}] leaves each of the {count} pipelines {per_pipeline} ports; each needs "
+                         f"{needed} (2 listeners per prefill/decode GPU worker, doubled for restarts)",
+                         f"widen it to at least {needed * count} ports, e.g. [{low}, {low + needed * count - 1}]")
+            ok = False
+    return ok
+
+
+# --- pipelines ----------------------------------------------------------------------------------
+
+
+def _stage_layout(layout: str, tp: int, host: str, pipeline: str) -> list[dict]:
+    """Stages with logical devices (indices into the pipeline's CUDA_VISIBLE_DEVICES)."""
+
+    def devices(first: int, count: int) -> str:
+        return ",".join(str(i) for i in range(first, first + count))
+
+    if layout == "pd":
+        shared = 2 * tp  # talker and code2wav share the GPU after both thinker sets
+        return [
+            {"id": 0, "role": "prefill", "devices": devices(0, tp), "tensor_parallel_size": tp, "reads_from": [],
+             "kv_role": "kv_producer", "engine_id": f"{host}-{pipeline}-prefill"},
+            {"id": 1, "role": "decode", "devices": devices(tp, tp), "tensor_parallel_size": tp, "reads_from": [0],
+             "kv_role": "kv_consumer", "engine_id": f"{host}-{pipeline}-decode"},
+            {"id": 2, "role": "talker", "devices": str(shared), "tensor_parallel_size": 1, "reads_from": [1]},
+            {"id": 3, "role": "code2wav", "devices": str(shared), "tensor_parallel_size": 1, "reads_from": [2]},
+        ]
+    return [
+        {"id": 0, "role": "thinker", "devices": devices(0, tp), "tensor_parallel_size": tp, "reads_from": []},
+        {"id": 1, "role": "talker", "devices": str(tp), "tensor_parallel_size": 1, "reads_from": [0]},
+        {"id": 2, "role": "code2wav", "devices": str(tp), "tensor_parallel_size": 1, "reads_from": [1]},
+    ]
+
+
+def _environment(settings: dict, layout: str, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
+    env = {
+        # Stage `devices` are indices into this list; PCI order makes them match nvidia-smi.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+        # Multi-homed hosts otherwise advertise the default route's address (vLLM #42023).
+        "VLLM_HOST_IP": ip,
+        "HF_HOME": settings["vllm_omni_hf_home"],
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    if settings["vllm_omni_model_staging"]:
+        env["HF_HUB_OFFLINE"] = "1"
+    if layout == "pd":
+        env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
+        env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
+        env["MC_MAX_RPC_PORT"] = str(ports["mooncake_rpc"][1])
+        if settings["vllm_omni_mooncake_protocol"] == "tcp":
+            # Without the pool, TCP transfers under load exhaust ephemeral ports (TIME_WAIT).
+            env["MC_TCP_ENABLE_CONNECTION_POOL"] = "1"
+    env.update(settings["vllm_omni_extra_env"])
+    return dict(sorted(env.items()))
+
+
+def _argv(settings: dict, engine, backend: dict, ip: str, ports: dict, paths: dict, served: str) -> list[str]:
+    if settings["vllm_omni_engine_backend"] == "simulator":
+        return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", "dual", "--host", ip,
+                "--port", str(ports["api"]), "--model", served]
+    timeout = str(settings["vllm_omni_init_timeout"])
+    return [
+        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni",
+        "--host", ip, "--port", str(ports["api"]),
+        "--served-model-name", served,
+        engine.config_flag, paths["stage_config"],
+        "--init-timeout", timeout, "--stage-init-timeout", timeout,
+    ]
+
+
+# Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
+UPSTREAM_FLAGS = frozenset({"--host", "--port", "--served-model-name"})
+
+
+def _backend(settings: dict, engine) -> dict:
+    root = settings["vllm_omni_install_root"]
+    if settings["vllm_omni_engine_backend"] == "simulator":
+        version = _engine_data.companions()["xpyd_sim"]
+        return {"name": "simulator", "packages": [f"xpyd-sim=={version}"], "venv": f"{root}/venvs/xpyd-sim-{version}",
+                "stand_in": True}
+    return {"name": "engine", "packages": [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"],
+            "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False}
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def build_plan(inventory: dict) -> dict:
+    """Validate the inventory and compute the deployment plan.
+
+    ``inventory``: ``{"engine_hosts": [...], "router_hosts": [...], "hostvars": {host: {var: value}}}``
+    where each host's vars hold at least its ``vllm_omni_*`` settings and ``ansible_host``.
+    Raises ``PlanError`` listing every problem found.
+    """
+    problems = _Problems()
+    engine_hosts = list(dict.fromkeys(inventory.get("engine_hosts") or []))
+    router_hosts = list(dict.fromkeys(inventory.get("router_hosts") or []))
+    hostvars = inventory.get("hostvars") or {}
+    if not engine_hosts:
+        problems.add("inventory", f"group {ENGINE_GROUP}", "has no hosts",
+                     f"put your GPU hosts in group {ENGINE_GROUP} (see inventories/example/hosts.yml) "
+                     "and pass the inventory with -i")
+        problems.raise_if_any()
+    router_defaulted = not router_hosts
+    if router_defaulted:
+        router_hosts = [sorted(engine_hosts)[0]]
+    all_hosts = sorted(set(engine_hosts) | set(router_hosts))
+    for host in all_hosts:
+        if not isinstance(host, str) or not HOSTNAME_PATTERN.fullmatch(host):
+            problems.add(_host_where(show(host)), "inventory_hostname",
+                         "is not a plain host name (it names directories, units and engine ids)",
+                         "use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+    problems.raise_if_any()
+    for host in all_hosts:
+        _check_names(host, hostvars.get(host, {}), problems)
+    engine_hosts = sorted(engine_hosts)
+    settings, sources = _deployment_settings(engine_hosts, {h: hostvars.get(h, {}) for h in engine_hosts}, problems)
+    problems.raise_if_any()
+
+    engine = _check_version_layout(settings, problems)
+    _check_extra_env(settings, problems)
+    layout = settings["vllm_omni_layout"]
+    overrides = _stage_overrides(settings, layout, problems)
+    if settings["vllm_omni_mooncake_rdma_devices"] and settings["vllm_omni_mooncake_protocol"] != "rdma":
+        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rdma_devices",
+                     "is set but vllm_omni_mooncake_protocol is tcp, so the devices would be ignored",
+                     "set vllm_omni_mooncake_protocol: rdma, or remove the device list")
+    tp = settings["vllm_omni_tensor_parallel_size"]
+    per_pipeline = _gpus_per_pipeline(layout, tp)
+
+    # Per host: address, GPUs, pipeline count.
+    ips: dict[str, str | None] = {}
+    host_plans: dict[str, dict] = {}
+    for host in all_hosts:
+        ips[host] = _host_ip(host, hostvars.get(host, {}), problems)
+    for host in engine_hosts:
+        variables = hostvars.get(host, {})
+        if "vllm_omni_gpus" not in variables:
+            problems.add(_host_where(host), "vllm_omni_gpus",
+                         "is not set; the collection needs to know which GPUs it may use",
+                         "set vllm_omni_gpus to the physical GPU indices, e.g. [0, 1, 2, 3, 4, 5, 6, 7]")
+            continue
+        gpus, _ = _host_value(host, variables, "vllm_omni_gpus", problems)
+        wanted, wanted_source = _host_value(host, variables, "vllm_omni_pipelines_per_host", problems)
+        if gpus is None or wanted is None:
+            continue
+        fits = len(gpus) // per_pipeline
+        if fits == 0:
+            problems.add(_host_where(host), "vllm_omni_gpus",
+                         f"lists {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} {show(gpus)}, but one {layout} pipeline "
+                         f"needs {per_pipeline} ({_gpu_formula(layout, tp)})",
+                         f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
+            continue
+        count = fits if wanted == "auto" else wanted
+        if count > fits:
+            problems.add(_host_where(host), "vllm_omni_pipelines_per_host",
+                         f"asks for {count} pipelines, which need {count * per_pipeline} GPUs "
+                         f"({per_pipeline} each: {_gpu_formula(layout, tp)}); vllm_omni_gpus lists {len(gpus)}",
+                         f"set it to at most {fits}, or auto")
+            continue
+        if not _check_ports(host, count, settings, layout, problems):
+            continue
+        host_plans[host] = {"gpus": gpus, "count": count, "wanted": wanted, "count_source": wanted_source}
+
+    # Addresses: unique, and reachable by peers.
+    by_ip: dict[str, list[str]] = {}
+    for host, ip in ips.items():
+        if ip is not None:
+            by_ip.setdefault(ip, []).append(host)
+    for ip, hosts in sorted(by_ip.items()):
+        if len(hosts) > 1:
+            problems.add(f"hosts {', '.join(hosts)}", "vllm_omni_ip",
+                         f"share the address {ip}; every host needs its own (duplicate host entries?)",
+                         "give each host its own vllm_omni_ip / ansible_host, or list the machine once")
+    if len(all_hosts) > 1:
+        for host, ip in sorted(ips.items()):
+            if ip is not None and ipaddress.ip_address(ip).is_loopback:
+                problems.add(_host_where(host), "vllm_omni_ip",
+                             f"is the loopback address {ip}, which the other hosts "
+                             f"({', '.join(h for h in all_hosts if h != host)[:60]}) cannot reach",
+                             "set vllm_omni_ip to the host's address on the network the hosts share")
+    problems.raise_if_any()
+    assert engine is not None  # _check_version_layout added a problem otherwise
+
+    plan = _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, router_defaulted,
+                     ips, host_plans, hostvars)
+    return plan
+
+
+def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, router_defaulted, ips,
+              host_plans, hostvars) -> dict:
+    layout = settings["vllm_omni_layout"]
+    tp = settings["vllm_omni_tensor_parallel_size"]
+    per_pipeline = _gpus_per_pipeline(layout, tp)
+    served = settings["vllm_omni_served_model_name"] or settings["vllm_omni_model"]
+    backend = _backend(settings, engine)
+    prefix = settings["vllm_omni_pipeline_prefix"]
+    warnings: list[str] = []
+    hosts: dict[str, dict] = {}
+    worker_urls: list[str] = []
+    for host in engine_hosts:
+        ip = ips[host]
+        gpus, count = host_plans[host]["gpus"], host_plans[host]["count"]
+        pipelines = []
+        if layout == "pd":
+            low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+            slice_size = (high - low + 1) // count
+        for index in range(count):
+            name = f"{prefix}{index}"
+            pipeline_gpus = gpus[index * per_pipeline:(index + 1) * per_pipeline]
+            ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
+            if layout == "pd":
+                ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
+                first = low + index * slice_size
+                ports["mooncake_rpc"] = [first, first + slice_size - 1]
+            config_dir = f"{settings['vllm_omni_config_root']}/{name}"
+            paths = {
+                "config_dir": config_dir,
+                "stage_config": f"{config_dir}/stage_config.yaml",
+                "env_file": f"{config_dir}/engine.env",
+                "venv": backend["venv"],
+            }
+            stages = _stage_layout(layout, tp, host, name)
+            for stage in stages:
+                stage["physical_gpus"] = [pipeline_gpus[int(d)] for d in stage["devices"].split(",")]
+            pipeline = {
+                "name": name,
+                "host": host,
+                "index": index,
+                "unit": f"vllm-omni@{name}.service",
+                "gpus": pipeline_gpus,
+                "stages": stages,
+                "ports": ports,
+                "kv_ip": ip,
+                "url": f"http://{ip}:{ports['api']}",
+                "paths": paths,
+                "environment": _environment(settings, layout, ip, pipeline_gpus, ports),
+                "argv": _argv(settings, engine, backend, ip, ports, paths, served),
+            }
+            if layout == "pd":
+                pipeline["mooncake"] = {"protocol": settings["vllm_omni_mooncake_protocol"],
+                                        "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])}
+            document = _stage_config.build_document(engine, {**pipeline, "layout": layout}, overrides)
+            own = (_stage_config.check_launch(document, engine, engine.config_flag)
+                   + _stage_config.check_document(document, engine, pipeline["environment"]))
+            if own:  # pragma: no cover - a planner bug, never a user error
+                raise RuntimeError(f"rendered stage config for {host}/{name} fails its own check: {own}")
+            pipeline["stage_config"] = document
+            pipelines.append(pipeline)
+            worker_urls.append(pipeline["url"])
+        unused = gpus[count * per_pipeline:]
+        hosts[host] = {
+            "ip": ip,
+            "gpus": gpus,
+            "gpus_per_pipeline": per_pipeline,
+            "unused_gpus": unused,
+            "pipelines": pipelines,
+            "listen_ports": _listen_ports(pipelines, layout),
+            "settings": {
+                "vllm_omni_gpus": {"value": gpus, "source": "inventory"},
+                "vllm_omni_pipelines_per_host": {"value": host_plans[host]["wanted"],
+                                                 "source": host_plans[host]["count_source"]},
+                "vllm_omni_ip": {"value": ip,
+                                 "source": "inventory" if "vllm_omni_ip" in hostvars[host] else "ansible_host"},
+            },
+        }
+        if unused:
+            warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} listed, "
+                            f"{per_pipeline} per {layout} pipeline)")
+    all_ports = [p for h in hosts.values() for r in h["listen_ports"] for p in (r["first"], r["last"])]
+    if any(EPHEMERAL_PORTS[0] <= port <= EPHEMERAL_PORTS[1] for port in all_ports):
+        warnings.append(f"some planned ports lie in Linux's default ephemeral range {EPHEMERAL_PORTS[0]}-"
+                        f"{EPHEMERAL_PORTS[1]}; an outgoing connection can hold one when a unit restarts")
+    return {
+        "schema": PLAN_SCHEMA,
+        "layout": layout,
+        "engine": {
+            "vllm_omni_version": engine.version,
+            "vllm_version": engine.vllm,
+            "stage_config_schema": engine.schema,
+            "config_flag": engine.config_flag,
+        },
+        "backend": backend,
+        "model": settings["vllm_omni_model"],
+        "served_model_name": served,
+        "tensor_parallel_size": tp,
+        "settings": {name: {"value": settings[name], "source": sources[name]} for name in sorted(settings)},
+        "hosts": hosts,
+        "router": {"hosts": sorted(router_hosts), "defaulted": router_defaulted,
+                   "addresses": {h: ips[h] for h in sorted(router_hosts)}},
+        "worker_urls": worker_urls,
+        "warnings": warnings,
+    }
+
+
+def _listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
+    """Every port range a host's pipelines listen on (firewall, reserved ports, preflight)."""
+    ranges = []
+    for pipeline in pipelines:
+        ports = pipeline["ports"]
+        ranges.append({"pipeline": pipeline["name"], "purpose": "api", "first": ports["api"], "last": ports["api"]})
+        if layout == "pd":
+            ranges.append({"pipeline": pipeline["name"], "purpose": "mooncake_bootstrap",
+                           "first": ports["bootstrap"], "last": ports["bootstrap"]})
+            ranges.append({"pipeline": pipeline["name"], "purpose": "mooncake_rpc",
+                           "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1]})
+    return ranges
+
+
+def stage_roles(layout: str) -> tuple[str, ...]:
+    return LAYOUT_ROLES[layout]
+
+
+__all__ = ["PlanError", "Problem", "build_plan", "stage_roles", "HOST", "MODEL_STAGE"]

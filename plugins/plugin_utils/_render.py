@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Turn a plan into file contents. Serialisation only: every value comes from the plan.
+
+The engine role writes exactly these texts to the hosts and the render playbook writes them
+to a directory on the controller, so "the files on the host equal `make render`" holds by
+construction and is tested in the lab.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import _yaml
+
+STAGE_CONFIG = "stage_config.yaml"
+ENV_FILE = "engine.env"
+ARGV_FILE = "argv"
+PLAN_FILE = "plan.json"
+
+
+def stage_config_text(plan: dict, pipeline: dict) -> str:
+    engine = plan["engine"]
+    header = (
+        f"# vLLM-Omni {engine['vllm_omni_version']} stage config for {pipeline['host']}/{pipeline['name']}"
+        f" ({plan['layout']} layout, {engine['stage_config_schema']} schema, loaded with {engine['config_flag']}).\n"
+        "# Rendered by vllm_omni.serve from the inventory; edits are overwritten on the next deploy.\n"
+    )
+    return header + _yaml.dump(pipeline["stage_config"])
+
+
+def env_text(pipeline: dict) -> str:
+    # systemd EnvironmentFile syntax. Values are validated by the planner to need no quoting
+    # beyond double quotes (no quotes, backslashes, $ or newlines can reach here).
+    lines = [f"# Environment of {pipeline['unit']}. Rendered by vllm_omni.serve; secrets are added on the host only."]
+    lines += [f'{key}="{value}"' for key, value in pipeline["environment"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def argv_text(pipeline: dict) -> str:
+    return "\n".join(pipeline["argv"]) + "\n"
+
+
+def pipeline_files(plan: dict, pipeline: dict) -> dict[str, str]:
+    """{file name: text} of one pipeline's config directory."""
+    return {
+        STAGE_CONFIG: stage_config_text(plan, pipeline),
+        ENV_FILE: env_text(pipeline),
+        ARGV_FILE: argv_text(pipeline),
+    }
+
+
+def plan_json(plan: dict) -> str:
+    return json.dumps(plan, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def render_tree(plan: dict) -> dict[str, str]:
+    """{relative path: text} of a whole render directory."""
+    tree = {PLAN_FILE: plan_json(plan)}
+    for host, host_plan in plan["hosts"].items():
+        for pipeline in host_plan["pipelines"]:
+            for name, text in pipeline_files(plan, pipeline).items():
+                tree[f"{host}/{pipeline['name']}/{name}"] = text
+    return tree
+
+
+MARKER = ".vllm-omni-render"
+
+
+class RenderDirError(Exception):
+    """The destination cannot be used; nothing was written."""
+
+
+def _existing_files(dest: Path) -> dict[str, bytes]:
+    files = {}
+    for path in sorted(dest.rglob("*")):
+        if path.is_file() and path.name != MARKER:
+            files[path.relative_to(dest).as_posix()] = path.read_bytes()
+    return files
+
+
+def write_tree(tree: dict[str, str], dest: str, check_mode: bool = False) -> dict:
+    """Replace directory ``dest`` by ``tree`` atomically; report added/modified/removed files.
+
+    A directory that exists, is not empty and carries no marker is refused: it is not ours.
+    """
+    target = Path(dest).expanduser()
+    if target.exists() and not target.is_dir():
+        raise RenderDirError(f"{target} exists and is not a directory; choose another vllm_omni_render_dir")
+    existing: dict[str, bytes] = {}
+    if target.is_dir():
+        entries = list(target.iterdir())
+        if entries and not (target / MARKER).is_file():
+            raise RenderDirError(f"{target} is not empty and was not written by render.yml (no {MARKER} file); "
+                                 "choose an empty or new directory for vllm_omni_render_dir")
+        existing = _existing_files(target)
+    wanted = {path: text.encode("utf-8") for path, text in tree.items()}
+    added = sorted(set(wanted) - set(existing))
+    removed = sorted(set(existing) - set(wanted))
+    modified = sorted(p for p in set(wanted) & set(existing) if wanted[p] != existing[p])
+    changed = bool(added or removed or modified)
+    result = {"changed": changed, "dest": str(target), "files": len(wanted),
+              "added": added, "modified": modified, "removed": removed}
+    if check_mode or not changed:
+        return result
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for path, data in wanted.items():
+            file_path = staging / path
+            file_path.parent.mkdir(parents=True, exist_ok=True)
+            file_path.write_bytes(data)
+        (staging / MARKER).write_text("written by vllm_omni.serve render.yml; the whole directory is replaced\n")
+        staging.chmod(0o755)
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            old.rmdir()
+            target.rename(old)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result

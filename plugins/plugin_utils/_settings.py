@@ -1,0 +1,376 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Every inventory setting the collection reads: name, scope, type, default, meaning.
+
+This table is the single source for the settings: the planner validates and defaults from it,
+``docs/variables.md`` is generated from it (``make docs``; a unit test fails when they drift),
+and unknown or misspelled ``vllm_omni_*`` names are found by comparing against it.
+
+Scopes:
+* ``host``: may differ per host (host_vars, or per-host lines in the inventory).
+* ``deployment``: one value for the whole deployment (group_vars). Different values on
+  different hosts are refused, because one deployment runs one engine version, model, layout.
+* ``playbook``: read by one playbook (usually passed with ``-e``); not part of the plan.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HOST = "host"
+DEPLOYMENT = "deployment"
+PLAYBOOK = "playbook"  # read by a playbook (usually from -e), not part of the plan
+
+# Names the collection itself sets as facts during a run; they appear in hostvars on a second
+# pass and are not user settings.
+COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts", "vllm_omni_preflight_report"})
+
+# Removed or renamed settings: name -> message. Empty until a release renames something;
+# the check runs regardless so a rename never silently drops a user's value.
+REMOVED_SETTINGS: dict[str, str] = {}
+
+
+class SettingError(ValueError):
+    """A value is wrong. ``problem`` says what is wrong, ``fix`` what to write instead."""
+
+    def __init__(self, problem: str, fix: str = ""):
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+def show(value: Any) -> str:
+    """A value as the user would write it (JSON-ish), short."""
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _cli_hint(name: str, example: Any) -> str:
+    return (
+        f"write it without quotes in YAML; on the command line pass JSON: "
+        f"-e '{json.dumps({name: example})}'"
+    )
+
+
+# --- value checkers: each returns the normalized value or raises SettingError ---------------
+
+
+def check_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    example = low if low is not None else 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, int(value)))
+        raise SettingError(f"must be an integer, got {type_name(value)} {show(value)}",
+                           f"write a whole number, e.g. {name}: {example}")
+    if low is not None and value < low or high is not None and value > high:
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise SettingError(f"is {value}, must be {bounds}", f"choose a value {bounds}")
+    return value
+
+
+def check_float(value: Any, name: str, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                pass
+            else:
+                raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, float(value)))
+        raise SettingError(f"must be a number, got {type_name(value)} {show(value)}",
+                           f"write a number between {low} and {high}")
+    value = float(value)
+    if value != value or (value <= low if low_open else value < low) or value > high:
+        bracket = "(" if low_open else "["
+        raise SettingError(f"is {value}, must be in {bracket}{low}, {high}]", f"choose a number in {bracket}{low}, {high}]")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("yes", "no", "true", "false", "on", "off", "1", "0"):
+        raise SettingError(f"is the string {show(value)}, not a boolean",
+                           f"write true or false without quotes; on the command line: "
+                           f"-e '{json.dumps({name: True})}'")
+    raise SettingError(f"must be true or false, got {type_name(value)} {show(value)}", "write true or false")
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise SettingError(f"is {show(value)}, must be one of {', '.join(choices)}",
+                           f"set {name} to one of: {', '.join(choices)}")
+    return value
+
+
+def check_str(value: Any, name: str, pattern: str, what: str, example: str) -> str:
+    if not isinstance(value, str):
+        raise SettingError(f"must be a string ({what}), got {type_name(value)} {show(value)}",
+                           f'write it as a quoted string, e.g. {name}: "{example}"')
+    if not re.fullmatch(pattern, value):
+        raise SettingError(f"{show(value)} is not {what}",
+                           f'use only the characters allowed for {what}, e.g. "{example}"')
+    return value
+
+
+def check_ipv4(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise SettingError(f"must be an IPv4 address string, got {type_name(value)} {show(value)}",
+                           f'write it as a quoted address, e.g. {name}: "10.0.0.11"')
+    try:
+        address = ipaddress.ip_address(value.strip())
+    except ValueError:
+        raise SettingError(f"{show(value)} is not an IP address",
+                           f"set {name} to the IPv4 address the other hosts reach this host on") from None
+    if address.version == 6:
+        raise SettingError(f"{show(value)} is an IPv6 address; the engine's KV transfer (Mooncake) "
+                           "and bootstrap URLs are built for IPv4 here",
+                           f"set {name} to this host's IPv4 address")
+    if address.is_unspecified or address.is_multicast or str(address) == "255.255.255.255":
+        raise SettingError(f"{show(value)} cannot be a peer address (unspecified, multicast or broadcast)",
+                           f"set {name} to the IPv4 address the other hosts reach this host on")
+    return str(address)
+
+
+def check_gpu_list(value: Any, name: str) -> list[int]:
+    if isinstance(value, str):
+        raise SettingError(f"is a string ({show(value)}), not a list of GPU indices",
+                           f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
+    if not isinstance(value, (list, tuple)):
+        raise SettingError(f"must be a list of GPU indices, got {type_name(value)} {show(value)}",
+                           f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
+    if not value:
+        raise SettingError("is an empty list", "list the physical GPU indices (nvidia-smi order) to use")
+    seen: set[int] = set()
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise SettingError(f"holds {show(item)} ({type_name(item)}); GPU indices are whole numbers",
+                               f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
+        if item < 0 or item > 1023:
+            raise SettingError(f"holds {item}; GPU indices run from 0 (as nvidia-smi numbers them)",
+                               "list the indices nvidia-smi shows on this host")
+        if item in seen:
+            raise SettingError(f"lists GPU {item} twice", "list every GPU once")
+        seen.add(item)
+    return sorted(seen)
+
+
+def check_port_range(value: Any, name: str) -> list[int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise SettingError(f"must be a list of two ports [first, last], got {show(value)}",
+                           f"write e.g. {name}: [16000, 16999]")
+    low = check_int(value[0], name, 1024, 65535)
+    high = check_int(value[1], name, 1024, 65535)
+    if low >= high:
+        raise SettingError(f"first port {low} is not below last port {high}", f"write e.g. {name}: [16000, 16999]")
+    return [low, high]
+
+
+def check_pipelines_per_host(value: Any, name: str) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise SettingError(f"is {show(value)}, must be auto or a whole number", f"write {name}: auto, or e.g. {name}: 2")
+    return check_int(value, name, 1, 64)
+
+
+def check_abs_path(value: Any, name: str) -> str:
+    path = check_str(value, name, r"/[A-Za-z0-9._/-]*", "an absolute path of letters, digits, . _ - /",
+                     "/opt/vllm-omni")
+    if "/../" in path + "/" or "/./" in path + "/" or "//" in path:
+        raise SettingError(f"{show(value)} contains '..', '.' or '//' parts", "write a plain absolute path")
+    if path != "/" and path.endswith("/"):
+        path = path.rstrip("/")
+    if path in ("/", "/etc", "/opt", "/usr", "/var", "/var/lib", "/home", "/root", "/tmp"):
+        raise SettingError(f"{show(value)} is a system directory; uninstall would remove it",
+                           "use a directory of its own, e.g. /opt/vllm-omni")
+    return path
+
+
+def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[str]:
+    if not isinstance(value, (list, tuple)):
+        raise SettingError(f"must be a list of {what}, got {type_name(value)} {show(value)}",
+                           f"write a YAML list, e.g. {name}: [mlx5_0, mlx5_1]")
+    items = [check_str(item, name, pattern, what, "mlx5_0") for item in value]
+    if len(set(items)) != len(items):
+        raise SettingError("lists a name twice", "list every name once")
+    return items
+
+
+ENV_NAME = r"[A-Z_][A-Z0-9_]{0,127}"
+ENV_VALUE = r"[A-Za-z0-9_.,:/=@+% -]{0,1024}"
+
+
+def check_env(value: Any, name: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise SettingError(f"must be a mapping of NAME: value, got {type_name(value)} {show(value)}",
+                           f'write e.g. {name}: {{NCCL_DEBUG: "WARN"}}')
+    result = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not re.fullmatch(ENV_NAME, key):
+            raise SettingError(f"has the variable name {show(key)}; names are upper-case letters, digits and _",
+                               "rename it, e.g. NCCL_DEBUG")
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise SettingError(f"{key} must be a string, got {type_name(item)} {show(item)}",
+                               f'quote the value, e.g. {key}: "1"')
+        text = str(item)
+        if not re.fullmatch(ENV_VALUE, text):
+            raise SettingError(f"{key} = {show(text)} holds characters an environment file or unit would "
+                               "interpret (quotes, $, `, \\, newlines)",
+                               "use letters, digits, spaces and . , : / = @ + % - _ only")
+        result[key] = text
+    return result
+
+
+def check_mapping(value: Any, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise SettingError(f"must be a mapping of stage name to settings, got {type_name(value)} {show(value)}",
+                           f"write e.g. {name}: {{decode: {{max_num_seqs: 32}}}}")
+    return dict(value)
+
+
+# --- the table --------------------------------------------------------------------------------
+
+MODEL_PATTERN = r"(/[A-Za-z0-9._-]+)+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
+NAME_PATTERN = r"[a-z][a-z0-9-]{0,23}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    scope: str
+    default: Any
+    kind: str  # shown in the docs table
+    doc: str
+    check: Callable[[Any, str], Any] = field(repr=False, compare=False, default=lambda v, n: v)
+    default_doc: str | None = None  # for computed defaults
+
+    def validate(self, value: Any) -> Any:
+        return self.check(value, self.name)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # Per host.
+    Setting("vllm_omni_gpus", HOST, None, "list of int",
+            "Physical GPU indices (nvidia-smi numbering) this deployment may use on the host. "
+            "Pipelines take them in ascending order; left-over GPUs are reported, not used.",
+            check_gpu_list, default_doc="required"),
+    Setting("vllm_omni_ip", HOST, None, "IPv4 address",
+            "Address the other hosts and the router reach this host on. Engines bind to it and it "
+            "becomes kv_ip / VLLM_HOST_IP. Must not be loopback unless engines and router share one host.",
+            check_ipv4, default_doc="`ansible_host`"),
+    Setting("vllm_omni_pipelines_per_host", HOST, "auto", "`auto` or int",
+            "How many pipelines to run on the host; `auto` = as many as its GPUs fit.",
+            check_pipelines_per_host),
+    # One value for the deployment.
+    Setting("vllm_omni_version", DEPLOYMENT, "0.26.0", "string",
+            "vLLM-Omni version (vLLM is pinned to the same version). One of the support table's "
+            "versions (README, Support matrix).",
+            lambda v, n: check_str(v, n, r"\d+\.\d+\.\d+", "a version like 0.26.0", "0.26.0")),
+    Setting("vllm_omni_model", DEPLOYMENT, "Qwen/Qwen3-Omni-30B-A3B-Instruct", "string",
+            "Hugging Face repository id (`org/name`) or absolute path of the model on the hosts.",
+            lambda v, n: check_str(v, n, MODEL_PATTERN, "a Hugging Face id org/name or an absolute path",
+                                   "Qwen/Qwen3-Omni-30B-A3B-Instruct")),
+    Setting("vllm_omni_served_model_name", DEPLOYMENT, None, "string",
+            "Model name clients send in requests (`--served-model-name`).",
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}", "a model name", "qwen3-omni"),
+            default_doc="`vllm_omni_model`"),
+    Setting("vllm_omni_layout", DEPLOYMENT, "pd", "`pd` or `aggregated`",
+            "`pd`: prefill and decode thinker stages on separate GPUs with Mooncake KV transfer "
+            "(4 stages). `aggregated`: the engine's own 3-stage layout.",
+            lambda v, n: check_choice(v, n, ("pd", "aggregated"))),
+    Setting("vllm_omni_tensor_parallel_size", DEPLOYMENT, 1, "int (1, 2, 4, 8)",
+            "Tensor-parallel size of the thinker stages (prefill and decode alike: the engine refuses "
+            "unequal sizes). Talker and code2wav share one further GPU.",
+            lambda v, n: _check_tp(v, n)),
+    Setting("vllm_omni_api_port_base", DEPLOYMENT, 8091, "port",
+            "API port of a host's first pipeline; pipeline i listens on base + i.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_bootstrap_port_base", DEPLOYMENT, 8998, "port",
+            "Mooncake bootstrap port (VLLM_MOONCAKE_BOOTSTRAP_PORT) of a host's first pipeline; "
+            "pipeline i uses base + i.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_mooncake_rpc_port_range", DEPLOYMENT, [16000, 16999], "[first, last]",
+            "Ports Mooncake's transfer engine may listen on (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT); split "
+            "evenly between a host's pipelines. Open it between hosts.",
+            check_port_range),
+    Setting("vllm_omni_mooncake_protocol", DEPLOYMENT, "tcp", "`tcp` or `rdma`",
+            "Mooncake transport for the prefill-to-decode KV transfer.",
+            lambda v, n: check_choice(v, n, ("tcp", "rdma"))),
+    Setting("vllm_omni_mooncake_rdma_devices", DEPLOYMENT, [], "list of string",
+            "RDMA devices Mooncake may use (e.g. `mlx5_0`); empty = auto-discover. Only with protocol rdma.",
+            lambda v, n: check_string_list(v, n, r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "RDMA device names")),
+    Setting("vllm_omni_stage_engine_args", DEPLOYMENT, {}, "mapping",
+            "Per-stage engine argument overrides: `{stage: {arg: value}}`. Stages: prefill, decode, "
+            "talker, code2wav (pd) or thinker, talker, code2wav (aggregated); `thinker` in pd sets both "
+            "thinker stages. Allowed arguments: docs/variables.md#stage-overrides.",
+            check_mapping),
+    Setting("vllm_omni_stage_sampling_params", DEPLOYMENT, {}, "mapping",
+            "Per-stage default sampling parameter overrides, same stage names: `{stage: {param: value}}`.",
+            check_mapping),
+    Setting("vllm_omni_pipeline_prefix", DEPLOYMENT, "omni", "string",
+            "Pipeline names are prefix + index (omni0, omni1, ...); they name units, directories, engine ids.",
+            lambda v, n: check_str(v, n, NAME_PATTERN, "a lower-case name (a-z, 0-9, -; up to 24 characters)",
+                                   "omni")),
+    Setting("vllm_omni_install_root", DEPLOYMENT, "/opt/vllm-omni", "absolute path",
+            "Root of the per-version engine venvs (`<root>/venvs/<version>`).", check_abs_path),
+    Setting("vllm_omni_config_root", DEPLOYMENT, "/etc/vllm-omni", "absolute path",
+            "Per-pipeline config directories (`<root>/<pipeline>/`).", check_abs_path),
+    Setting("vllm_omni_hf_home", DEPLOYMENT, "/var/lib/vllm-omni/hf", "absolute path",
+            "HF_HOME of the engines: where model weights are cached on the hosts.", check_abs_path),
+    Setting("vllm_omni_model_staging", DEPLOYMENT, False, "bool",
+            "true: weights are staged into HF_HOME by the collection and engines run with HF_HUB_OFFLINE=1.",
+            check_bool),
+    Setting("vllm_omni_init_timeout", DEPLOYMENT, 1800, "seconds",
+            "Engine start-up budget (`--init-timeout`, `--stage-init-timeout`); cold model loads exceed 10 min.",
+            lambda v, n: check_int(v, n, 60, 86400)),
+    Setting("vllm_omni_engine_backend", DEPLOYMENT, "engine", "`engine` or `simulator`",
+            "`simulator` runs the xpyd-sim stand-in instead of the engine on CPU-only hosts (tests, rehearsals).",
+            lambda v, n: check_choice(v, n, ("engine", "simulator"))),
+    Setting("vllm_omni_extra_env", DEPLOYMENT, {}, "mapping",
+            "Extra environment for every pipeline (e.g. NCCL_* tuning). Planner-owned names are refused.",
+            check_env),
+    # Read by playbooks.
+    Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
+            "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9._/~-]+", "a directory path", "/tmp/vllm-omni-render"),
+            default_doc="required by render.yml"),
+)
+
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def _check_tp(value: Any, name: str) -> int:
+    size = check_int(value, name, 1, 64)
+    if size not in (1, 2, 4, 8):
+        raise SettingError(f"is {size}; the Qwen3-Omni thinker splits over 1, 2, 4 or 8 GPUs",
+                           f"set {name} to 1, 2, 4 or 8")
+    return size

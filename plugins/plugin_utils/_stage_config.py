@@ -1,0 +1,325 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Stage-config documents: built from the engine's own stage definitions, and checked.
+
+Building (``build_document``):
+
+* ``stage_args`` versions (<= 0.26, launched with ``--stage-configs-path``): start from the
+  engine's resolved stages (``legacy_stages`` in the version's data file, derived with
+  ``async_chunk: false``). For PD the thinker is duplicated into a prefill stage (stage 0,
+  ``is_prefill_only``, ``kv_producer``) and a decode stage (stage 1, ``is_decode_only``,
+  ``kv_consumer``, reads 0); the talker (2) reads 1 and code2wav (3) reads 2 on the talker's GPU.
+  ``input_connectors`` are dropped: they name a connector only the deploy schema defines, and
+  with none the engine wires a shared-memory connector per edge itself.
+* ``stages`` versions (0.28+, ``--deploy-config``): the engine's bundled deploy document with our
+  devices, tensor-parallel size and overrides; platform overlays other than ``cuda`` are dropped
+  because the collection deploys NVIDIA hosts.
+
+Checking (``check_document``): the static rules the engine enforces (or silently gets wrong),
+so a bad document is refused on the controller with a readable message instead of failing on a
+GPU host ten minutes into start-up. It checks our own renders too: a render that fails it is a
+planner bug and stops the plan.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from typing import Any
+
+from ._engine_data import EngineVersion
+from ._stages import LAYOUT_ROLES, MODEL_STAGE
+
+KV_CONNECTOR = "MooncakeConnector"
+
+
+def _by_model_stage(stages: list[dict]) -> dict[str, dict]:
+    found = {}
+    for stage in stages:
+        found[stage["engine_args"]["model_stage"]] = stage
+    return found
+
+
+def build_document(engine: EngineVersion, pipeline: dict, overrides: dict) -> dict:
+    """The stage-config document of one pipeline.
+
+    ``pipeline`` carries ``layout``, ``stages`` (role, devices, tensor_parallel_size, reads_from,
+    engine_id, kv_role), ``kv_ip``, ``ports``, ``mooncake``; ``overrides`` maps role ->
+    {"engine_args": {...}, "sampling": {...}} (already validated).
+    """
+    if engine.schema == "stage_args":
+        return _build_legacy(engine, pipeline, overrides)
+    return _build_deploy(engine, pipeline, overrides)
+
+
+def _kv_transfer_config(stage: dict, pipeline: dict) -> dict:
+    mooncake = pipeline["mooncake"]
+    extra: dict[str, Any] = {
+        # Read only by vllm-omni's PD validation; the engine's bootstrap address itself comes from
+        # VLLM_MOONCAKE_BOOTSTRAP_PORT in the unit environment. Kept equal so both agree.
+        "mooncake_bootstrap_port": pipeline["ports"]["bootstrap"],
+        # vLLM's MooncakeConnector defaults to rdma; always say which one we mean.
+        "mooncake_protocol": mooncake["protocol"],
+    }
+    if mooncake["rdma_devices"]:
+        extra["device_name"] = ",".join(mooncake["rdma_devices"])
+    producer = stage["kv_role"] == "kv_producer"
+    return {
+        "kv_connector": KV_CONNECTOR,
+        "kv_role": stage["kv_role"],
+        "kv_rank": 0 if producer else 1,
+        "kv_parallel_size": 2,
+        "engine_id": stage["engine_id"],
+        "kv_ip": pipeline["kv_ip"],
+        "kv_connector_extra_config": extra,
+    }
+
+
+def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dict:
+    base = _by_model_stage(engine.data["legacy_stages"])
+    stage_args = []
+    for stage in pipeline["stages"]:
+        role = stage["role"]
+        doc = copy.deepcopy(base[MODEL_STAGE[role]])
+        doc.pop("input_connectors", None)
+        doc["stage_id"] = stage["id"]
+        if role in ("prefill", "decode"):
+            # PD markers are read from the top level of the stage object (pd_utils getattr).
+            doc = _insert_after(doc, "stage_type", "is_prefill_only" if role == "prefill" else "is_decode_only", True)
+        engine_args = doc["engine_args"]
+        if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
+            engine_args["tensor_parallel_size"] = stage["tensor_parallel_size"]
+        if role == "prefill":
+            # The prefill stage only exports KV: the orchestrator hands decode the original
+            # prompt plus the transfer parameters, never a processed payload.
+            engine_args.pop("custom_process_next_stage_input_func", None)
+            doc["final_output"] = False
+            doc["final_output_type"] = None
+        if stage.get("kv_role"):
+            engine_args["kv_transfer_config"] = _kv_transfer_config(stage, pipeline)
+        engine_args.update(overrides.get(role, {}).get("engine_args", {}))
+        doc["runtime"]["devices"] = stage["devices"]
+        doc["engine_input_source"] = list(stage["reads_from"])
+        sampling = overrides.get(role, {}).get("sampling", {})
+        if sampling:
+            doc["default_sampling_params"] = {**doc.get("default_sampling_params", {}), **sampling}
+        stage_args.append(doc)
+    return {"async_chunk": False, "stage_args": stage_args}
+
+
+def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dict:
+    bundled = engine.data["bundled_deploy"]
+    by_id = {stage["stage_id"]: stage for stage in bundled["stages"]}
+    stages = []
+    for stage in pipeline["stages"]:
+        role = stage["role"]
+        doc = copy.deepcopy(by_id[stage["id"]])
+        if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
+            doc["tensor_parallel_size"] = stage["tensor_parallel_size"]
+        doc["devices"] = stage["devices"]
+        doc.update(overrides.get(role, {}).get("engine_args", {}))
+        sampling = overrides.get(role, {}).get("sampling", {})
+        if sampling:
+            doc["default_sampling_params"] = {**doc.get("default_sampling_params", {}), **sampling}
+        stages.append(doc)
+    document = {key: copy.deepcopy(value) for key, value in bundled.items() if key not in ("stages", "platforms")}
+    document["stages"] = stages
+    cuda = (bundled.get("platforms") or {}).get("cuda")
+    if cuda:
+        document["platforms"] = {"cuda": copy.deepcopy(cuda)}
+    return document
+
+
+def _insert_after(mapping: dict, after: str, key: str, value: Any) -> dict:
+    result = {}
+    for existing, item in mapping.items():
+        result[existing] = item
+        if existing == after:
+            result[key] = value
+    if key not in result:
+        result[key] = value
+    return result
+
+
+# --- checking -----------------------------------------------------------------------------------
+
+
+def check_launch(document: Any, engine: EngineVersion, config_flag: str) -> list[str]:
+    """Problems with loading ``document`` through ``config_flag`` on ``engine``'s version."""
+    if not isinstance(document, dict):
+        return [f"the stage config is a {type(document).__name__}, not a mapping"]
+    problems = []
+    legacy = "stage_args" in document
+    if config_flag not in engine.serve_flags:
+        problems.append(f"vLLM-Omni {engine.version} has no {config_flag} flag; "
+                        f"load configs with {engine.config_flag}")
+    if legacy and engine.schema == "stages":
+        problems.append(f"vLLM-Omni {engine.version} rejects the stage_args schema "
+                        f"(\"uses the removed stage_args schema\"); write the stages: schema for {engine.config_flag}")
+    elif legacy and config_flag == "--deploy-config":
+        problems.append(f"on vLLM-Omni {engine.version}, --deploy-config ignores stage_args and silently "
+                        "runs the model's 3-stage registry pipeline (no prefill/decode split); "
+                        "pass a stage_args file with --stage-configs-path")
+    elif not legacy and "stages" not in document:
+        problems.append("the stage config has neither stage_args nor stages")
+    return problems
+
+
+def check_document(document: Any, engine: EngineVersion, environment: dict | None = None) -> list[str]:
+    """Static problems of a stage-config document for ``engine``'s version; [] when clean."""
+    if not isinstance(document, dict):
+        return [f"the stage config is a {type(document).__name__}, not a mapping"]
+    if "stage_args" in document:
+        return _check_legacy(document, engine, environment or {})
+    if "stages" in document:
+        return _check_deploy(document, engine)
+    return ["the stage config has neither stage_args nor stages"]
+
+
+def _check_dotted(path: Any, where: str, engine: EngineVersion, problems: list[str]) -> None:
+    if path is None:
+        return
+    if not isinstance(path, str) or path not in engine.importables:
+        known = sorted(p.rsplit(".", 1)[-1] for p in engine.importables
+                       if isinstance(path, str) and p.rsplit(".", 1)[0] == path.rsplit(".", 1)[0])
+        hint = f"; this version's module has: {', '.join(known)}" if known else ""
+        problems.append(f"{where}: {path!r} does not exist in vLLM-Omni {engine.version}{hint}")
+
+
+def _check_legacy(document: dict, engine: EngineVersion, environment: dict) -> list[str]:
+    problems: list[str] = []
+    stages = document.get("stage_args")
+    if not isinstance(stages, list) or not stages:
+        return ["stage_args must be a non-empty list of stages"]
+    prefill = decode = None
+    for position, stage in enumerate(stages):
+        where = f"stage_args[{position}]"
+        if not isinstance(stage, dict):
+            problems.append(f"{where} is not a mapping")
+            continue
+        if stage.get("stage_id") != position:
+            problems.append(f"{where}: stage_id is {stage.get('stage_id')!r}; stage ids must be 0, 1, 2, ... "
+                            "in list order")
+        for key in ("final_output", "final_output_type"):
+            if key not in stage:
+                problems.append(f"{where}: missing key {key} (the engine stops with 'Missing key {key}'; "
+                                "non-final stages need final_output: false, final_output_type: null)")
+        engine_args = stage.get("engine_args")
+        if not isinstance(engine_args, dict):
+            problems.append(f"{where}: missing engine_args")
+            engine_args = {}
+        for key in ("model_stage", "model_arch", "worker_type", "scheduler_cls", "engine_output_type",
+                    "hf_config_name"):
+            if key not in engine_args:
+                problems.append(f"{where}: engine_args.{key} is missing (legacy stages carry the full definition)")
+        _check_dotted(engine_args.get("scheduler_cls"), f"{where}.engine_args.scheduler_cls", engine, problems)
+        _check_dotted(engine_args.get("custom_process_next_stage_input_func"),
+                      f"{where}.engine_args.custom_process_next_stage_input_func", engine, problems)
+        _check_dotted(stage.get("custom_process_input_func"), f"{where}.custom_process_input_func", engine,
+                      problems)
+        if "sync_process_input_func" in stage:
+            problems.append(f"{where}: sync_process_input_func is not read by the stage_args loader, so this stage "
+                            "gets no input processor; use custom_process_input_func")
+            _check_dotted(stage["sync_process_input_func"], f"{where}.sync_process_input_func", engine, problems)
+        sources = stage.get("engine_input_source", [])
+        if not isinstance(sources, list) or any(not isinstance(s, int) or s < 0 or s >= position for s in sources):
+            problems.append(f"{where}: engine_input_source {sources!r} must list earlier stage ids")
+        if position > 0 and not sources:
+            problems.append(f"{where}: engine_input_source is empty; every stage after the first reads an earlier one")
+        connectors = ((document.get("runtime") or {}).get("connectors") or {})
+        for source, name in (stage.get("input_connectors") or {}).items():
+            if name not in connectors:
+                problems.append(f"{where}: input_connectors.{source} names {name!r}, which runtime.connectors does "
+                                "not define (the engine only logs a warning and runs without it)")
+        runtime = stage.get("runtime") or {}
+        devices = runtime.get("devices")
+        if not isinstance(devices, (str, int)) or isinstance(devices, bool):
+            problems.append(f"{where}: runtime.devices must be a string like \"0\" or \"0,1\"")
+        if stage.get("is_prefill_only"):
+            prefill = (position, stage) if prefill is None else "many"
+        if stage.get("is_decode_only"):
+            decode = (position, stage) if decode is None else "many"
+    if prefill == "many" or decode == "many":
+        problems.append("more than one prefill or decode stage: the engine supports one PD pair per pipeline")
+    elif prefill or decode:
+        problems += _check_pd_pair(prefill, decode, engine, environment)
+    return problems
+
+
+def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) -> list[str]:
+    """The engine's _validate_pd_separation_config, plus the wiring it does not check."""
+    if not engine.layouts or "pd" not in engine.layouts:
+        return [f"vLLM-Omni {engine.version} cannot run a prefill/decode split: {engine.pd_refused_because}"]
+    if prefill is None or decode is None:
+        return ["a prefill stage (is_prefill_only) needs a decode stage (is_decode_only) and vice versa"]
+    (p_id, p_stage), (d_id, d_stage) = prefill, decode
+    problems = []
+    if p_id not in (d_stage.get("engine_input_source") or []):
+        problems.append(f"decode stage {d_id} must read the prefill stage {p_id} (engine_input_source: [{p_id}])")
+    p_args, d_args = p_stage.get("engine_args") or {}, d_stage.get("engine_args") or {}
+    p_kv, d_kv = p_args.get("kv_transfer_config"), d_args.get("kv_transfer_config")
+    if not isinstance(p_kv, dict) or not isinstance(d_kv, dict):
+        return problems + ["both PD stages need engine_args.kv_transfer_config"]
+    if p_kv.get("kv_role") not in ("kv_producer", "kv_both"):
+        problems.append(f"prefill kv_role is {p_kv.get('kv_role')!r}; it must be kv_producer")
+    if d_kv.get("kv_role") not in ("kv_consumer", "kv_both"):
+        problems.append(f"decode kv_role is {d_kv.get('kv_role')!r}; it must be kv_consumer")
+    if not p_kv.get("kv_connector") or p_kv.get("kv_connector") != d_kv.get("kv_connector"):
+        problems.append("prefill and decode must name the same, non-empty kv_connector")
+    p_tp, d_tp = p_args.get("tensor_parallel_size", 1), d_args.get("tensor_parallel_size", 1)
+    if p_tp != d_tp:
+        problems.append(f"prefill tensor_parallel_size {p_tp} != decode {d_tp}: MooncakeConnector needs equal sizes")
+    if p_kv.get("engine_id") and p_kv.get("engine_id") == d_kv.get("engine_id"):
+        problems.append("prefill and decode share an engine_id; each needs its own")
+    kv_ip = p_kv.get("kv_ip", "127.0.0.1")
+    try:
+        ipaddress.IPv4Address(kv_ip)
+    except ValueError:
+        problems.append(f"prefill kv_ip {kv_ip!r} is not an IPv4 address")
+    extra = p_kv.get("kv_connector_extra_config") or {}
+    if extra.get("mooncake_protocol") not in ("tcp", "rdma"):
+        problems.append("kv_connector_extra_config.mooncake_protocol must be tcp or rdma (vLLM defaults to rdma "
+                        "and silently falls back to TCP when no RDMA device is found)")
+    env_port = environment.get("VLLM_MOONCAKE_BOOTSTRAP_PORT")
+    if env_port is not None and str(extra.get("mooncake_bootstrap_port")) != str(env_port):
+        problems.append(f"kv_connector_extra_config.mooncake_bootstrap_port {extra.get('mooncake_bootstrap_port')} "
+                        f"!= VLLM_MOONCAKE_BOOTSTRAP_PORT {env_port}: the engine's bootstrap address uses the "
+                        "environment value, its PD validation the config value")
+    return problems
+
+
+def _check_deploy(document: dict, engine: EngineVersion) -> list[str]:
+    problems = []
+    stages = document.get("stages")
+    if not isinstance(stages, list) or not stages:
+        return ["stages must be a non-empty list"]
+    known_ids = {stage["stage_id"] for stage in engine.data["bundled_deploy"]["stages"]}
+    connectors = document.get("connectors") or {}
+    for position, stage in enumerate(stages):
+        where = f"stages[{position}]"
+        if not isinstance(stage, dict) or "stage_id" not in stage:
+            problems.append(f"{where}: every stage needs a stage_id")
+            continue
+        if stage["stage_id"] not in known_ids:
+            problems.append(f"{where}: stage_id {stage['stage_id']!r} is not a stage of the Qwen3-Omni pipeline "
+                            f"({sorted(known_ids)}); the engine ignores it")
+        for key in ("is_prefill_only", "is_decode_only", "kv_transfer_config"):
+            if key in stage:
+                problems.append(f"{where}: {key} cannot be expressed in the stages: schema (it is dropped with a "
+                                f"warning); prefill/decode needs a stage_args version: "
+                                f"{engine.pd_refused_because}")
+        for key in ("model_stage", "worker_type", "scheduler_cls", "engine_output_type", "engine_input_source",
+                    "custom_process_input_func", "final_output", "final_output_type"):
+            if key in stage:
+                problems.append(f"{where}: {key} is topology, fixed by the engine's pipeline definition; remove it")
+        for source, name in (stage.get("input_connectors") or {}).items():
+            if name not in connectors:
+                problems.append(f"{where}: input_connectors.{source} names {name!r}, which connectors: does not define")
+    return problems
+
+
+def expected_roles(layout: str) -> tuple[str, ...]:
+    return LAYOUT_ROLES[layout]

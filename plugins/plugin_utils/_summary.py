@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""A plan as a few readable lines: what you set, what the collection computed, per host."""
+
+from __future__ import annotations
+
+from ._settings import show
+
+
+def _stage_cell(stages: list[dict]) -> str:
+    cells: dict[str, list[str]] = {}
+    for stage in stages:
+        cells.setdefault(",".join(map(str, stage["physical_gpus"])), []).append(stage["role"])
+    return "  ".join(f"{'+'.join(roles)}[{gpus}]" for gpus, roles in cells.items())
+
+
+def summary_lines(plan: dict) -> list[str]:
+    engine, backend = plan["engine"], plan["backend"]
+    lines = [
+        f"vLLM-Omni {engine['vllm_omni_version']} (vllm {engine['vllm_version']}), {plan['layout']} layout, "
+        f"{engine['stage_config_schema']} schema loaded with {engine['config_flag']}",
+        f"model {plan['model']} served as {plan['served_model_name']}; "
+        f"backend {backend['name']}{' (SIMULATOR stand-in, not the engine)' if backend['stand_in'] else ''}",
+        "settings you set: " + (", ".join(f"{name}={show(s['value'])}" for name, s in plan["settings"].items()
+                                          if s["source"] == "inventory") or "none"),
+        "defaults used: " + ", ".join(f"{name}={show(s['value'])}" for name, s in plan["settings"].items()
+                                      if s["source"] == "default"),
+        "computed by the collection: GPU sets, stage devices, ports, engine ids, kv_ip, environment, argv, "
+        "stage configs",
+    ]
+    for host, host_plan in plan["hosts"].items():
+        pipelines = host_plan["pipelines"]
+        lines.append(f"host {host} {host_plan['ip']}: GPUs {show(host_plan['gpus'])} -> {len(pipelines)} pipeline(s) "
+                     f"x {host_plan['gpus_per_pipeline']} GPUs"
+                     + (f", unused {show(host_plan['unused_gpus'])}" if host_plan["unused_gpus"] else ""))
+        for pipeline in pipelines:
+            ports = pipeline["ports"]
+            port_text = f"api {ports['api']}"
+            if "bootstrap" in ports:
+                port_text += f", bootstrap {ports['bootstrap']}, mooncake {ports['mooncake_rpc'][0]}-{ports['mooncake_rpc'][1]}"
+            lines.append(f"  {pipeline['name']}: {_stage_cell(pipeline['stages'])}; {port_text}; {pipeline['url']}")
+    router = plan["router"]
+    lines.append(f"router on {', '.join(router['hosts'])}"
+                 f"{' (first engine host; set group vllm_omni_router to choose)' if router['defaulted'] else ''}: "
+                 f"{len(plan['worker_urls'])} worker(s)")
+    lines += [f"WARNING: {warning}" for warning in plan["warnings"]]
+    return lines

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""A small, deterministic YAML emitter for the documents the planner renders.
+
+Why not ``yaml.safe_dump``: it is slow in pure Python (the render benchmark plans thousands of
+pipelines), its output depends on whether libyaml is installed, and its float and string
+quoting rules are YAML 1.1-specific in ways that are easy to trip over. The documents we emit
+hold only dicts (insertion order kept), lists, strings, ints, floats, booleans and None, so a
+purpose-built emitter is short and its output is byte-stable across machines.
+
+Every string that is not a plain, unambiguous word is written as a JSON string, which is also
+a valid YAML double-quoted scalar. Floats always carry a dot or an exponent with a dot, so
+YAML 1.1 loaders (PyYAML, OmegaConf) read them back as floats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+__all__ = ["dump"]
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./+-]*$")
+# Words a YAML 1.1 or 1.2 loader would turn into something other than a string.
+_RESERVED = frozenset(
+    w
+    for word in ("y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf")
+    for w in (word, word.capitalize(), word.upper())
+)
+
+
+def _scalar(value) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exponent = text.split("e")
+            text = f"{mantissa}.0e{exponent}"
+        return text
+    if isinstance(value, str):
+        if _PLAIN.match(value) and value not in _RESERVED:
+            return value
+        return json.dumps(value, ensure_ascii=True)
+    raise TypeError(f"cannot emit {type(value).__name__} as YAML")
+
+
+def _key(key) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"mapping keys must be strings, got {type(key).__name__}")
+    return _scalar(key)
+
+
+def _emit(value, indent: int, out: list[str]) -> None:
+    pad = " " * indent
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                out.append(f"{pad}{_key(key)}:")
+                _emit(item, indent + 2 if isinstance(item, dict) else indent, out)
+            else:
+                out.append(f"{pad}{_key(key)}: {_inline(item)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item:
+                lines: list[str] = []
+                _emit(item, indent + 2, lines)
+                lines[0] = f"{pad}- {lines[0][indent + 2:]}"
+                out.extend(lines)
+            elif isinstance(item, list) and item:
+                lines = []
+                _emit(item, indent + 2, lines)
+                lines[0] = f"{pad}- {lines[0][indent + 2:]}"
+                out.extend(lines)
+            else:
+                out.append(f"{pad}- {_inline(item)}")
+    else:
+        out.append(pad + _scalar(value))
+
+
+def _inline(value) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _scalar(value)
+
+
+def dump(document) -> str:
+    """Return ``document`` as block-style YAML text ending in a newline."""
+    if not isinstance(document, (dict, list)):
+        return _scalar(document) + "\n"
+    out: list[str] = []
+    _emit(document, 0, out)
+    return "\n".join(out) + "\n"

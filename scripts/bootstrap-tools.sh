@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create the controller tool venv named by $1 from requirements/tools.txt (idempotent).
+# Installs Debian's python3-venv first when this Python cannot create venvs (fresh machines).
+set -euo pipefail
+venv=$1
+requirements=$(dirname "$0")/../requirements/tools.txt
+if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
+  exit 0
+fi
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "python3 cannot create virtual environments: install python3-venv (apt-get install python3-venv)" >&2
+    exit 1
+  fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check uv==0.13.8
+"$venv/bin/uv" pip install -q --python "$venv/bin/python" -r "$requirements"
+touch "$venv/.complete"
+echo "tools ready in $venv"

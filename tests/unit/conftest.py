@@ -1,0 +1,58 @@
+"""Shared helpers: build planner input the way the playbooks do, from real Ansible inventories."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.hostvars import HostVars
+from ansible.vars.manager import VariableManager
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def load_ansible_inventory(path: Path, extra_vars: dict | None = None) -> dict:
+    """Planner input from an inventory file/dir, through Ansible's own HostVars (as playbooks see it)."""
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    if extra_vars:
+        variables._extra_vars = extra_vars
+    hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+    groups = {name: [h.name for h in group.get_hosts()] for name, group in inventory.groups.items()}
+    return inventory_from_hostvars(hostvars, groups)
+
+
+def inventory(hosts: dict[str, dict], group_vars: dict | None = None, router: list[str] | None = None) -> dict:
+    """Planner input from Python dicts: hosts -> host vars; group_vars apply to every host."""
+    hostvars = {}
+    for name, host_vars in hosts.items():
+        merged = copy.deepcopy(group_vars or {})
+        merged.update(copy.deepcopy(host_vars))
+        hostvars[name] = merged
+    for name in router or []:
+        hostvars.setdefault(name, {"ansible_host": "10.0.9.1"})
+    return {"engine_hosts": list(hosts), "router_hosts": list(router or []), "hostvars": hostvars}
+
+
+def one_host(gpus=(0, 1, 2), ip="10.0.0.11", **settings) -> dict:
+    return inventory({"gpu-a": {"ansible_host": ip, "vllm_omni_gpus": list(gpus)}}, settings)
+
+
+def problems_of(inv: dict) -> list[str]:
+    """The problem lines build_plan reports; fails the test when it plans successfully."""
+    with pytest.raises(PlanError) as caught:
+        build_plan(inv)
+    return [p.line() for p in caught.value.problems]
+
+
+@pytest.fixture
+def plan_of():
+    return build_plan

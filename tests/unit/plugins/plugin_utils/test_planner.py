@@ -1,0 +1,368 @@
+"""The planner's behaviour: layouts, placement, ports, environment, argv, and the validation errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import inventory, one_host, problems_of
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+
+
+def pipelines(plan, host="gpu-a"):
+    return plan["hosts"][host]["pipelines"]
+
+
+# --- layouts and placement ----------------------------------------------------------------------
+
+
+def test_docs_layout_three_gpus_gives_the_four_stage_pd_pipeline():
+    plan = build_plan(one_host())
+    (pipeline,) = pipelines(plan)
+    assert [s["role"] for s in pipeline["stages"]] == ["prefill", "decode", "talker", "code2wav"]
+    assert [s["devices"] for s in pipeline["stages"]] == ["0", "1", "2", "2"]
+    assert [s["reads_from"] for s in pipeline["stages"]] == [[], [0], [1], [2]]
+    assert pipeline["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    assert pipeline["environment"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert plan["hosts"]["gpu-a"]["unused_gpus"] == []
+
+
+def test_eight_gpus_give_two_pd_pipelines_and_report_the_two_left_over():
+    plan = build_plan(one_host(gpus=range(8)))
+    assert [p["gpus"] for p in pipelines(plan)] == [[0, 1, 2], [3, 4, 5]]
+    assert plan["hosts"]["gpu-a"]["unused_gpus"] == [6, 7]
+    assert any("[6, 7] are left unused" in w for w in plan["warnings"])
+
+
+def test_stage_devices_are_logical_indices_into_the_visible_set():
+    plan = build_plan(one_host(gpus=[4, 5, 6, 7, 9, 11, 12]))
+    second = pipelines(plan)[1]
+    assert second["environment"]["CUDA_VISIBLE_DEVICES"] == "7,9,11"
+    assert [s["devices"] for s in second["stages"]] == ["0", "1", "2", "2"]
+    assert [s["physical_gpus"] for s in second["stages"]] == [[7], [9], [11], [11]]
+
+
+def test_gpus_are_taken_in_ascending_order_whatever_the_inventory_order():
+    plan = build_plan(one_host(gpus=[2, 0, 1]))
+    assert pipelines(plan)[0]["gpus"] == [0, 1, 2]
+
+
+def test_tensor_parallel_two_gives_prefill_and_decode_two_gpus_each():
+    plan = build_plan(one_host(gpus=range(8), vllm_omni_tensor_parallel_size=2))
+    (pipeline,) = pipelines(plan)
+    assert [s["devices"] for s in pipeline["stages"]] == ["0,1", "2,3", "4", "4"]
+    assert [s["tensor_parallel_size"] for s in pipeline["stages"]] == [2, 2, 1, 1]
+    stage_args = pipeline["stage_config"]["stage_args"]
+    assert stage_args[0]["engine_args"]["tensor_parallel_size"] == 2
+    assert stage_args[1]["engine_args"]["tensor_parallel_size"] == 2
+    assert plan["hosts"]["gpu-a"]["unused_gpus"] == [5, 6, 7]
+
+
+def test_aggregated_on_030_uses_the_engines_three_stage_layout_and_deploy_schema():
+    plan = build_plan(one_host(gpus=range(8), vllm_omni_version="0.30.0", vllm_omni_layout="aggregated"))
+    assert len(pipelines(plan)) == 4
+    pipeline = pipelines(plan)[3]
+    assert pipeline["gpus"] == [6, 7]
+    document = pipeline["stage_config"]
+    assert "stage_args" not in document
+    assert [(s["stage_id"], s["devices"]) for s in document["stages"]] == [(0, "0"), (1, "1"), (2, "1")]
+    assert set(document["platforms"]) == {"cuda"}
+    assert "--deploy-config" in pipeline["argv"]
+    assert "--stage-configs-path" not in pipeline["argv"]
+    assert "VLLM_MOONCAKE_BOOTSTRAP_PORT" not in pipeline["environment"]
+
+
+def test_pipelines_per_host_number_limits_the_count():
+    plan = build_plan(one_host(gpus=range(8), vllm_omni_pipelines_per_host=1))
+    assert len(pipelines(plan)) == 1
+    assert plan["hosts"]["gpu-a"]["unused_gpus"] == [3, 4, 5, 6, 7]
+
+
+def test_per_host_pipeline_count_may_differ_between_hosts():
+    inv = inventory({
+        "gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": list(range(6)), "vllm_omni_pipelines_per_host": 1},
+        "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": list(range(6))},
+    })
+    plan = build_plan(inv)
+    assert [len(h["pipelines"]) for h in plan["hosts"].values()] == [1, 2]
+
+
+# --- PD wiring ----------------------------------------------------------------------------------
+
+
+def test_pd_stages_carry_the_flags_roles_and_kv_wiring_the_engine_checks():
+    plan = build_plan(one_host(gpus=range(6)))
+    second = pipelines(plan)[1]
+    prefill, decode, talker, code2wav = second["stage_config"]["stage_args"]
+    assert prefill["is_prefill_only"] is True and "is_decode_only" not in prefill
+    assert decode["is_decode_only"] is True and decode["engine_input_source"] == [0]
+    p_kv, d_kv = prefill["engine_args"]["kv_transfer_config"], decode["engine_args"]["kv_transfer_config"]
+    assert (p_kv["kv_role"], d_kv["kv_role"]) == ("kv_producer", "kv_consumer")
+    assert p_kv["kv_connector"] == d_kv["kv_connector"] == "MooncakeConnector"
+    assert p_kv["kv_ip"] == "10.0.0.11"
+    assert p_kv["engine_id"] == "gpu-a-omni1-prefill" and d_kv["engine_id"] == "gpu-a-omni1-decode"
+    assert p_kv["kv_connector_extra_config"]["mooncake_bootstrap_port"] == 8999
+    assert second["environment"]["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == "8999"
+    assert p_kv["kv_connector_extra_config"]["mooncake_protocol"] == "tcp"
+    assert prefill["final_output"] is False and prefill["final_output_type"] is None
+    assert decode["final_output"] is True and decode["final_output_type"] == "text"
+    assert talker["engine_input_source"] == [1] and code2wav["engine_input_source"] == [2]
+    assert talker["custom_process_input_func"].endswith("qwen3_omni.thinker2talker_token_only")
+    assert "custom_process_next_stage_input_func" not in prefill["engine_args"]
+    for stage in (prefill, decode, talker, code2wav):
+        assert "input_connectors" not in stage
+        assert "final_output" in stage and "final_output_type" in stage
+
+
+def test_engine_ids_are_unique_across_the_deployment():
+    inv = inventory({f"gpu-{c}": {"ansible_host": f"10.0.0.{i + 10}", "vllm_omni_gpus": list(range(8))}
+                     for i, c in enumerate("abc")})
+    plan = build_plan(inv)
+    ids = [s["engine_id"] for h in plan["hosts"].values() for p in h["pipelines"] for s in p["stages"]
+           if "engine_id" in s]
+    assert len(ids) == len(set(ids)) == 12
+
+
+def test_ports_and_mooncake_slices_per_pipeline():
+    plan = build_plan(one_host(gpus=range(9), vllm_omni_api_port_base=9100, vllm_omni_bootstrap_port_base=9200,
+                               vllm_omni_mooncake_rpc_port_range=[20000, 20299]))
+    ports = [p["ports"] for p in pipelines(plan)]
+    assert ports == [
+        {"api": 9100, "bootstrap": 9200, "mooncake_rpc": [20000, 20099]},
+        {"api": 9101, "bootstrap": 9201, "mooncake_rpc": [20100, 20199]},
+        {"api": 9102, "bootstrap": 9202, "mooncake_rpc": [20200, 20299]},
+    ]
+    env = pipelines(plan)[2]["environment"]
+    assert (env["MC_MIN_RPC_PORT"], env["MC_MAX_RPC_PORT"]) == ("20200", "20299")
+    assert pipelines(plan)[2]["url"] == "http://10.0.0.11:9102"
+
+
+def test_rdma_protocol_names_devices_and_drops_the_tcp_pool():
+    plan = build_plan(one_host(vllm_omni_mooncake_protocol="rdma", vllm_omni_mooncake_rdma_devices=["mlx5_0", "mlx5_1"]))
+    (pipeline,) = pipelines(plan)
+    extra = pipeline["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"]["kv_connector_extra_config"]
+    assert extra["mooncake_protocol"] == "rdma" and extra["device_name"] == "mlx5_0,mlx5_1"
+    assert "MC_TCP_ENABLE_CONNECTION_POOL" not in pipeline["environment"]
+
+
+def test_tcp_protocol_enables_mooncakes_connection_pool():
+    (pipeline,) = pipelines(build_plan(one_host()))
+    assert pipeline["environment"]["MC_TCP_ENABLE_CONNECTION_POOL"] == "1"
+
+
+# --- environment and argv -----------------------------------------------------------------------
+
+
+def test_argv_is_the_exact_engine_command_with_the_versions_flag():
+    (pipeline,) = pipelines(build_plan(one_host(vllm_omni_served_model_name="qwen3-omni")))
+    assert pipeline["argv"] == [
+        "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/vllm", "serve", "Qwen/Qwen3-Omni-30B-A3B-Instruct", "--omni",
+        "--host", "10.0.0.11", "--port", "8091", "--served-model-name", "qwen3-omni",
+        "--stage-configs-path", "/etc/vllm-omni/omni0/stage_config.yaml",
+        "--init-timeout", "1800", "--stage-init-timeout", "1800",
+    ]
+
+
+def test_environment_sets_host_ip_hf_home_and_offline_only_when_staged():
+    (plain,) = pipelines(build_plan(one_host()))
+    assert plain["environment"]["VLLM_HOST_IP"] == "10.0.0.11"
+    assert plain["environment"]["HF_HOME"] == "/var/lib/vllm-omni/hf"
+    assert "HF_HUB_OFFLINE" not in plain["environment"]
+    (staged,) = pipelines(build_plan(one_host(vllm_omni_model_staging=True)))
+    assert staged["environment"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_extra_env_reaches_every_pipeline():
+    (pipeline,) = pipelines(build_plan(one_host(vllm_omni_extra_env={"NCCL_DEBUG": "WARN"})))
+    assert pipeline["environment"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_simulator_backend_runs_xpyd_sim_on_the_same_address_and_port():
+    plan = build_plan(one_host(vllm_omni_engine_backend="simulator"))
+    (pipeline,) = pipelines(plan)
+    assert pipeline["argv"][:2] == ["/opt/vllm-omni/venvs/xpyd-sim-0.5.0/bin/xpyd-sim", "serve"]
+    assert pipeline["argv"][pipeline["argv"].index("--host") + 1] == "10.0.0.11"
+    assert pipeline["argv"][pipeline["argv"].index("--port") + 1] == "8091"
+    assert plan["backend"]["stand_in"] is True
+
+
+# --- overrides ----------------------------------------------------------------------------------
+
+
+def test_stage_overrides_apply_by_role_and_thinker_sets_both_thinker_stages_in_pd():
+    plan = build_plan(one_host(
+        vllm_omni_stage_engine_args={"thinker": {"max_num_seqs": 8}, "decode": {"max_num_seqs": 32,
+                                                                              "gpu_memory_utilization": 0.85}},
+        vllm_omni_stage_sampling_params={"decode": {"temperature": 0.7}, "talker": {"top_k": 40}},
+    ))
+    prefill, decode, talker, _ = pipelines(plan)[0]["stage_config"]["stage_args"]
+    assert prefill["engine_args"]["max_num_seqs"] == 8
+    assert decode["engine_args"]["max_num_seqs"] == 32
+    assert decode["engine_args"]["gpu_memory_utilization"] == 0.85
+    assert decode["default_sampling_params"]["temperature"] == 0.7
+    assert talker["default_sampling_params"]["top_k"] == 40
+    assert talker["default_sampling_params"]["stop_token_ids"] == [2150]  # engine's own value kept
+
+
+def test_settings_report_what_was_set_and_what_defaulted():
+    plan = build_plan(one_host(vllm_omni_api_port_base=9000))
+    assert plan["settings"]["vllm_omni_api_port_base"] == {"value": 9000, "source": "inventory"}
+    assert plan["settings"]["vllm_omni_layout"] == {"value": "pd", "source": "default"}
+
+
+def test_plan_is_json_serialisable_and_deterministic():
+    first = json.dumps(build_plan(one_host(gpus=range(8))), sort_keys=True)
+    second = json.dumps(build_plan(one_host(gpus=range(8))), sort_keys=True)
+    assert first == second
+
+
+def test_router_defaults_to_the_first_engine_host_and_lists_every_worker():
+    inv = inventory({"gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]},
+                     "gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}})
+    plan = build_plan(inv)
+    assert plan["router"]["hosts"] == ["gpu-a"] and plan["router"]["defaulted"] is True
+    assert plan["worker_urls"] == ["http://10.0.0.11:8091", "http://10.0.0.12:8091"]
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def expect(inv, *fragments):
+    lines = problems_of(inv)
+    text = "\n".join(lines)
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in:\n{text}"
+    return lines
+
+
+def test_empty_inventory_says_which_group_to_fill():
+    expect({"engine_hosts": [], "router_hosts": [], "hostvars": {}}, "group vllm_omni has no hosts")
+
+
+@pytest.mark.parametrize(("settings", "fragments"), [
+    ({"vllm_omni_tensor_paralel_size": 2}, ("vllm_omni_tensor_paralel_size is not a setting",
+                                            "did you mean vllm_omni_tensor_parallel_size")),
+    ({"vlm_omni_version": "0.26.0"}, ("vlm_omni_version looks like a misspelled setting",
+                                      "did you mean vllm_omni_version")),
+    ({"vllm_omni_api_port_base": "9000"}, ("is a string (\"9000\"), not a number",
+                                           "-e '{\"vllm_omni_api_port_base\": 9000}'")),
+    ({"vllm_omni_model_staging": "yes"}, ("is the string \"yes\", not a boolean", "write true or false")),
+    ({"vllm_omni_version": 0.26}, ("vllm_omni_version must be a string",)),
+    ({"vllm_omni_version": "0.27.0"}, ("has not been checked against", "0.26.0, 0.30.0")),
+    ({"vllm_omni_layout": "disaggregated"}, ("must be one of pd, aggregated",)),
+    ({"vllm_omni_api_port_base": 80}, ("is 80, must be between 1024 and 65535",)),
+    ({"vllm_omni_tensor_parallel_size": 3}, ("splits over 1, 2, 4 or 8 GPUs",)),
+    ({"vllm_omni_mooncake_rpc_port_range": [17000, 16000]}, ("is not below last port",)),
+    ({"vllm_omni_mooncake_rdma_devices": ["mlx5_0"]}, ("protocol is tcp",)),
+    ({"vllm_omni_extra_env": {"CUDA_VISIBLE_DEVICES": "0"}}, ("which the planner computes",)),
+    ({"vllm_omni_extra_env": {"FOO": "a$b"}}, ("holds characters",)),
+    ({"vllm_omni_model": "Qwen/Qwen3 Omni; rm -rf /"}, ("is not a Hugging Face id",)),
+    ({"vllm_omni_install_root": "/opt/../etc"}, ("contains '..'",)),
+    ({"vllm_omni_pipeline_prefix": "Omni$"}, ("is not a lower-case name",)),
+])
+def test_bad_deployment_settings_are_named_with_a_fix(settings, fragments):
+    expect(one_host(**settings), *fragments)
+
+
+def test_port_range_running_past_65535_is_refused():
+    expect(one_host(gpus=range(6), vllm_omni_api_port_base=65535), "past 65535", "lower vllm_omni_api_port_base")
+
+
+def test_pd_on_a_version_that_cannot_run_it_names_the_versions_that_can():
+    expect(one_host(vllm_omni_version="0.30.0"),
+           "vllm_omni_layout is pd, which vLLM-Omni 0.30.0 cannot run", "set vllm_omni_version to 0.26.0")
+
+
+@pytest.mark.parametrize(("gpus", "fragments"), [
+    ([0, 1], ("lists 2 GPUs [0, 1], but one pd pipeline needs 3 (prefill TP 1 + decode TP 1 + 1 for talker/code2wav)",)),
+    ([0, 1, 1], ("lists GPU 1 twice",)),
+    ([0, -1, 2], ("holds -1",)),
+    ("0,1,2", ("is a string", "write a YAML list")),
+    ([], ("is an empty list",)),
+])
+def test_bad_gpu_lists(gpus, fragments):
+    expect(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": gpus}}), "host gpu-a", *fragments)
+
+
+def test_missing_gpus_say_what_to_set():
+    expect(inventory({"gpu-a": {"ansible_host": "10.0.0.11"}}), "host gpu-a: vllm_omni_gpus is not set")
+
+
+def test_too_many_pipelines_say_needed_versus_available():
+    expect(one_host(gpus=range(8), vllm_omni_pipelines_per_host=3),
+           "asks for 3 pipelines, which need 9 GPUs", "vllm_omni_gpus lists 8", "at most 2")
+
+
+def test_tp_mismatch_between_prefill_and_decode_is_refused():
+    expect(one_host(gpus=range(8), vllm_omni_stage_engine_args={"decode": {"tensor_parallel_size": 2}}),
+           "prefill 1, decode 2", "MooncakeConnector needs prefill and decode equal")
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), [
+    ({"decode": {"max_num_seq": 8}}, ("is not an overridable setting", "did you mean max_num_seqs")),
+    ({"decode": {"kv_transfer_config": {}}}, ("is computed by the collection",)),
+    ({"decode": {"gpu_memory_utilization": 1.5}}, ("must be in (0.0, 1.0]",)),
+    ({"thinker_prefill": {"max_num_seqs": 8}}, ("names no stage of the pd layout", "prefill, decode, talker")),
+])
+def test_bad_stage_overrides(overrides, fragments):
+    expect(one_host(vllm_omni_stage_engine_args=overrides), *fragments)
+
+
+def test_port_ranges_that_collide_are_named():
+    expect(one_host(gpus=range(6), vllm_omni_api_port_base=8998),
+           "vllm_omni_api_port_base / vllm_omni_bootstrap_port_base collide")
+
+
+def test_mooncake_range_too_small_for_the_pipelines_says_how_wide():
+    expect(one_host(gpus=range(6), vllm_omni_mooncake_rpc_port_range=[16000, 16010]),
+           "leaves each of the 2 pipelines 5 ports; each needs 8", "widen it to at least 16 ports")
+
+
+def test_loopback_address_is_refused_when_peers_must_reach_it():
+    inv = inventory({"gpu-a": {"ansible_host": "127.0.0.1", "vllm_omni_gpus": [0, 1, 2]},
+                     "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}})
+    expect(inv, "host gpu-a: vllm_omni_ip is the loopback address 127.0.0.1")
+
+
+def test_loopback_is_fine_when_engines_and_router_share_one_host():
+    plan = build_plan(one_host(ip="127.0.0.1"))
+    assert plan["worker_urls"] == ["http://127.0.0.1:8091"]
+
+
+@pytest.mark.parametrize(("host_vars", "fragment"), [
+    ({"ansible_host": "gpu-a.example.com"}, "is a name, not an address"),
+    ({"vllm_omni_ip": "fe80::1"}, "is an IPv6 address"),
+    ({"vllm_omni_ip": "0.0.0.0"}, "cannot be a peer address"),  # noqa: S104 - the bad input under test
+    ({"vllm_omni_ip": "10.0.0.300"}, "is not an IP address"),
+])
+def test_bad_addresses(host_vars, fragment):
+    expect(inventory({"gpu-a": {"vllm_omni_gpus": [0, 1, 2], **host_vars}}), fragment)
+
+
+def test_duplicate_addresses_are_refused():
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]},
+                     "gpu-b": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}})
+    expect(inv, "hosts gpu-a, gpu-b", "share the address 10.0.0.11")
+
+
+def test_deployment_setting_differing_between_hosts_is_refused():
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_version": "0.26.0"},
+                     "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_version": "0.30.0"}})
+    expect(inv, "vllm_omni_version differs between hosts", "set it once in group_vars/vllm_omni.yml")
+
+
+@pytest.mark.parametrize("name", ["gpu a", "../etc", "gpü-1", "gpu;rm", "-gpu"])
+def test_host_names_that_would_reach_paths_or_units_are_refused(name):
+    expect(inventory({name: {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}}), "is not a plain host name")
+
+
+def test_one_error_lists_every_problem_and_merges_hosts_sharing_one():
+    inv = inventory({f"gpu-{i}": {"ansible_host": f"10.0.0.{i + 1}", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_foo": 1}
+                     for i in range(5)})
+    with pytest.raises(PlanError) as caught:
+        build_plan(inv)
+    message = str(caught.value)
+    assert message.startswith("vllm_omni.serve: the inventory has 1 problem; nothing was changed.")
+    assert "hosts gpu-0, gpu-1, gpu-2 and 2 more: vllm_omni_foo is not a setting" in message
+    assert "Traceback" not in message

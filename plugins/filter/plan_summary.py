@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 
@@ -9,7 +8,7 @@ name: plan_summary
 short_description: Human-readable summary of a vLLM-Omni deployment plan
 version_added: 0.1.0
 description:
-  - Lines for C(ansible.builtin.debug): what you set versus what the collection computed, then
+  - Lines for C(ansible.builtin.debug) showing what you set versus what the collection computed, then
     per host the pipelines with their GPUs, ports and URLs, then any warnings.
 options:
   _input:

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 
@@ -11,7 +10,7 @@ short_description: Write a vLLM-Omni deployment plan and every pipeline's files 
 version_added: 0.1.0
 description:
   - Writes C(DEST/plan.json) and, per host and pipeline, C(DEST/<host>/<pipeline>/stage_config.yaml),
-    C(engine.env) and C(argv) (one argument per line): exactly the files the engine role installs.
+    C(engine.env) and C(argv) (one argument per line), exactly the files the engine role installs.
   - Runs on the controller only (action plugin); touches no managed host.
   - The directory is replaced as a whole, atomically; files of pipelines no longer in the plan disappear.
     It refuses to replace a non-empty directory it did not create (it marks its own with C(.vllm-omni-render)).

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -52,7 +51,7 @@ def _load_yaml(path: Path) -> Any:
         return yaml.load(handle, Loader=_Loader)  # noqa: S506 - CSafeLoader/SafeLoader only
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def support_table() -> dict[str, EngineVersion]:
     table = _load_yaml(DATA_DIR / "support.yml")["versions"]
     rows = {}
@@ -77,7 +76,7 @@ def versions_with_layout(layout: str) -> list[str]:
     return [v for v in supported_versions() if layout in support_table()[v].layouts]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def companions() -> dict[str, Any]:
     """Pinned companion packages (simulator, router, Mooncake variants)."""
     return _load_yaml(DATA_DIR / "support.yml")["companions"]

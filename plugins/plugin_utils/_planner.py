@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -164,7 +163,9 @@ def _deployment_settings(engine_hosts: list[str], hostvars: dict, problems: _Pro
                          f"{' ...' if len(missing) > 3 else ''}; it is one value for the whole deployment",
                          f"set it once in group_vars/{ENGINE_GROUP}.yml")
             continue
-        distinct = {show(v): h for h, v in seen.items()}
+        first = next(iter(seen.values()))
+        same = all(type(v) is type(first) and v == first for v in seen.values())
+        distinct = {} if same else {show(v): h for h, v in seen.items()}
         if len(distinct) > 1:
             examples = ", ".join(f"{h}: {v}" for v, h in list(distinct.items())[:3])
             problems.add(ALL_HOSTS, setting.name,
@@ -677,4 +678,4 @@ def stage_roles(layout: str) -> tuple[str, ...]:
     return LAYOUT_ROLES[layout]
 
 
-__all__ = ["PlanError", "Problem", "build_plan", "stage_roles", "HOST", "MODEL_STAGE"]
+__all__ = ["HOST", "MODEL_STAGE", "PlanError", "Problem", "build_plan", "stage_roles"]

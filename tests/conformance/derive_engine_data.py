@@ -88,9 +88,8 @@ def main() -> int:
 
 
 def _derive(model_dir: str) -> str:
-    import yaml
-
     import vllm_omni
+    import yaml
 
     package_dir = Path(vllm_omni.__file__).parent
     deploy_text = (package_dir / "deploy" / "qwen3_omni_moe.yaml").read_text()

@@ -303,6 +303,7 @@ def test_tp_mismatch_between_prefill_and_decode_is_refused():
     ({"decode": {"max_num_seq": 8}}, ("is not an overridable setting", "did you mean max_num_seqs")),
     ({"decode": {"kv_transfer_config": {}}}, ("is computed by the collection",)),
     ({"decode": {"gpu_memory_utilization": 1.5}}, ("must be in (0.0, 1.0]",)),
+    ({"decode": {"gpu_memory_utilization": 10**400}}, ("far outside",)),
     ({"thinker_prefill": {"max_num_seqs": 8}}, ("names no stage of the pd layout", "prefill, decode, talker")),
 ])
 def test_bad_stage_overrides(overrides, fragments):
@@ -333,7 +334,7 @@ def test_loopback_is_fine_when_engines_and_router_share_one_host():
 @pytest.mark.parametrize(("host_vars", "fragment"), [
     ({"ansible_host": "gpu-a.example.com"}, "is a name, not an address"),
     ({"vllm_omni_ip": "fe80::1"}, "is an IPv6 address"),
-    ({"vllm_omni_ip": "0.0.0.0"}, "cannot be a peer address"),  # noqa: S104 - the bad input under test
+    ({"vllm_omni_ip": "0.0.0.0"}, "cannot be a peer address"),
     ({"vllm_omni_ip": "10.0.0.300"}, "is not an IP address"),
 ])
 def test_bad_addresses(host_vars, fragment):

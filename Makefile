@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: help tools test lint unit golden-update docs docs-check render demo bench build clean
+.PHONY: help tools test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root)"
@@ -26,7 +26,7 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-test: tools lint unit
+test: tools lint unit conformance
 
 lint: tools
 	ruff check .
@@ -36,6 +36,22 @@ lint: tools
 
 unit: tools
 	python -m pytest
+
+# Real vLLM-Omni engines (one cached venv per supported version) load and boot every render.
+conformance: tools
+	python -m pytest -p no:cacheprovider -o testpaths=tests/conformance tests/conformance
+
+# Same, and record passing results in docs/conformance/ (the README's support matrix reads them).
+conformance-record: tools
+	RECORD=1 python -m pytest -p no:cacheprovider tests/conformance
+	python scripts/gen_docs.py
+
+# Re-derive data/engines/<version>.yaml from each cached engine venv (review the diff).
+engine-data: tools
+	for v in $$(python -c 'import sys; sys.path.insert(0, ".collection"); from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import supported_versions; print(*supported_versions())'); do \
+	  HF_HUB_OFFLINE=1 $(CACHE)/engines/$$v/bin/python tests/conformance/derive_engine_data.py \
+	    $(CACHE)/models/$$v/hub/models--Qwen--Qwen3-Omni-30B-A3B-Instruct/snapshots/conformance > data/engines/$$v.yaml; \
+	done
 
 golden-update: tools
 	VLLM_OMNI_GOLDEN_UPDATE=1 python -m pytest tests/unit/test_golden.py

@@ -108,7 +108,7 @@ def conformance_status(version: str) -> str:
     if not path.is_file():
         return "not run"
     result = json.loads(path.read_text())
-    return f"{result['status']} ({result['date']}, {len(result['cases'])} renders)"
+    return f"{result['status']} ({len(result['cases'])} checks, {result['date']})"
 
 
 def support_matrix_md() -> str:

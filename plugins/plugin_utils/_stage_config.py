@@ -32,6 +32,12 @@ from ._engine_data import EngineVersion
 from ._stages import LAYOUT_ROLES, MODEL_STAGE
 
 KV_CONNECTOR = "MooncakeConnector"
+LEGACY_REQUIRED_KEYS = {
+    "runtime": "every stage needs runtime.devices",
+    "final_output": "non-final stages need final_output: false",
+    "final_output_type": "non-final stages need final_output_type: null",
+    "is_comprehension": "set is_comprehension: true on thinker stages, false elsewhere",
+}
 
 
 def _copy(value: Any) -> Any:
@@ -210,10 +216,12 @@ def _check_legacy(document: dict, engine: EngineVersion, environment: dict) -> l
         if stage.get("stage_id") != position:
             problems.append(f"{where}: stage_id is {stage.get('stage_id')!r}; stage ids must be 0, 1, 2, ... "
                             "in list order")
-        for key in ("final_output", "final_output_type"):
+        # extract_legacy_stage_metadata reads these as attributes: a missing one stops start-up
+        # ("Missing key final_output_type" on the recipe's prefill stage, checked on 0.26.0).
+        for key in LEGACY_REQUIRED_KEYS:
             if key not in stage:
                 problems.append(f"{where}: missing key {key} (the engine stops with 'Missing key {key}'; "
-                                "non-final stages need final_output: false, final_output_type: null)")
+                                f"{LEGACY_REQUIRED_KEYS[key]})")
         engine_args = stage.get("engine_args")
         if not isinstance(engine_args, dict):
             problems.append(f"{where}: missing engine_args")

@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.hostvars import HostVars
-from ansible.vars.manager import VariableManager
+from testlib import REPO, load_ansible_inventory  # noqa: F401  (re-exported for the tests)
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
-
-
-def load_ansible_inventory(path: Path, extra_vars: dict | None = None) -> dict:
-    """Planner input from an inventory file/dir, through Ansible's own HostVars (as playbooks see it)."""
-    loader = DataLoader()
-    inventory = InventoryManager(loader=loader, sources=[str(path)])
-    variables = VariableManager(loader=loader, inventory=inventory)
-    if extra_vars:
-        variables._extra_vars = extra_vars
-    hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
-    groups = {name: [h.name for h in group.get_hosts()] for name, group in inventory.groups.items()}
-    return inventory_from_hostvars(hostvars, groups)
 
 
 def inventory(hosts: dict[str, dict], group_vars: dict | None = None, router: list[str] | None = None) -> dict:

@@ -30,6 +30,7 @@ def test_the_documented_recipe_is_refused_for_every_reason_the_engine_has(recipe
     # The engine's own first failure (Missing key final_output_type, checked on 0.26.0).
     assert "stage_args[0]: missing key final_output_type" in text
     assert "stage_args[2]: missing key final_output " in text
+    assert "stage_args[3]: missing key is_comprehension" in text
     # The function the recipe names for code2wav does not exist in 0.26.
     assert "'vllm_omni.model_executor.stage_input_processors.qwen3_omni.talker2code2wav_token_only' does not exist" in text
     assert "this version's module has:" in text and "talker2code2wav_full_payload" in text

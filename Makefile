@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: help tools test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: help tools lab lab-down test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root)"
@@ -69,8 +69,16 @@ build: tools
 	rm -rf .cache/build && mkdir -p .cache/build
 	ansible-galaxy collection build --force --output-path .cache/build
 
+# The local lab: LAB_HOSTS systemd-nspawn machines (default 3) on bridge vomni-br0; needs root.
+LAB_HOSTS ?= 3
+lab: tools
+	python tests/lab/lab.py up --hosts $(LAB_HOSTS)
+
+lab-down: tools
+	python tests/lab/lab.py down
+
 demo:
-	@echo "make demo: the local lab (systemd-nspawn hosts) is not built yet; see README 'Status'." >&2
+	@echo "make demo: the deploy playbook is not built yet; see README." >&2
 	@exit 2
 
 clean:

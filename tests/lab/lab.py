@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""The local lab: real systemd hosts in systemd-nspawn machines on a private bridge, reachable over SSH.
+
+    lab.py up [--hosts N]     build (or reuse) the rootfs, boot lab-1..lab-N, write inventories/lab/hosts.yml
+    lab.py down               stop every machine, remove mounts, veths, the bridge and run state
+    lab.py status             one line per machine
+    lab.py check-clean        exit 1 (and say what) if anything of the lab is left on this machine
+    lab.py exec HOST -- CMD   run CMD inside a machine (nsenter; no SSH needed)
+
+Each machine boots systemd as PID 1 in its own network namespace (veth ``vb-lab-N`` on bridge
+``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1), with sshd, python3, sudo, an
+unprivileged ``deploy`` user (password-less sudo) and a generated SSH key. Its root is an overlay
+on one shared Debian bookworm rootfs, built once with debootstrap and cached in
+``$VLLM_OMNI_CACHE/lab/rootfs-<hash>`` keyed by its package list and this recipe's version. The
+machines have no route to package indexes, like air-gapped GPU hosts: Python packages reach them
+through the controller-side wheelhouse, Debian packages are baked into the rootfs.
+
+A GPU stand-in (``nvidia-smi`` replaying real H200 outputs) is placed only when asked
+(``--gpu-profile``), by the lab, never by a role. Needs root; installs systemd-container,
+debootstrap and iproute2 with apt when missing. ``up`` is idempotent: running machines are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
+LAB = CACHE / "lab"
+RUN = LAB / "run"
+SSH_DIR = LAB / "ssh"
+KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+BRIDGE = "vomni-br0"
+SUBNET = "10.77.0"
+CONTROLLER_IP = f"{SUBNET}.1"
+INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+PACKAGES_FILE = Path(__file__).with_name("rootfs-packages.txt")
+GPU_STANDIN = Path(__file__).with_name("fake_nvidia_smi.py")
+GPU_PROFILES = REPO / "tests" / "fixtures" / "gpu"
+RECIPE_VERSION = "1"  # bump when the rootfs recipe below changes in a way the package list does not show
+SUITE, MIRROR = "bookworm", os.environ.get("LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2"}
+
+
+def log(message: str) -> None:
+    print(f"lab: {message}", flush=True)
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("check", True)
+    return subprocess.run(argv, **kwargs)
+
+
+def quiet(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+# --- prerequisites and rootfs -------------------------------------------------------------------
+
+
+def ensure_host_tools() -> None:
+    if os.geteuid() != 0:
+        sys.exit("lab: needs root (systemd-nspawn, mounts, a bridge)")
+    missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if not shutil.which(tool)})
+    if missing:
+        log(f"installing {' '.join(missing)} with apt")
+        run(["apt-get", "update", "-qq"])
+        run(["apt-get", "install", "-y", "-qq", *missing], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def packages() -> list[str]:
+    names = []
+    for line in PACKAGES_FILE.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return sorted(set(names))
+
+
+def rootfs_path() -> Path:
+    digest = hashlib.sha256("\n".join([RECIPE_VERSION, SUITE, *packages()]).encode()).hexdigest()[:12]
+    return LAB / f"rootfs-{digest}"
+
+
+def ensure_rootfs() -> Path:
+    rootfs = rootfs_path()
+    if (rootfs / ".complete").is_file():
+        return rootfs
+    LAB.mkdir(parents=True, exist_ok=True)
+    staging = LAB / f"{rootfs.name}.building"
+    shutil.rmtree(staging, ignore_errors=True)
+    log(f"building the rootfs with debootstrap ({len(packages())} packages); cached in {rootfs}")
+    start = time.monotonic()
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", SUITE, str(staging), MIRROR],
+        stdout=subprocess.DEVNULL)
+    # Shared, host-independent configuration. Per-host files go to each machine's overlay.
+    (staging / "etc" / "machine-id").write_text("")  # each machine gets its own in its overlay
+    for path in (staging / "etc" / "ssh").glob("ssh_host_*"):
+        path.unlink()  # per-machine host keys are generated at `up`
+    wants = staging / "etc" / "systemd" / "system" / "multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    link = wants / "systemd-networkd.service"
+    if not link.exists():
+        link.symlink_to("/lib/systemd/system/systemd-networkd.service")
+    run(["chroot", str(staging), "useradd", "--create-home", "--shell", "/bin/bash", "deploy"])
+    (staging / "etc" / "sudoers.d" / "deploy").write_text("deploy ALL=(ALL) NOPASSWD: ALL\n")
+    (staging / "etc" / "sudoers.d" / "deploy").chmod(0o440)
+    run(["chroot", str(staging), "apt-get", "clean"])
+    (staging / ".complete").write_text(json.dumps({"packages": packages(), "seconds": round(time.monotonic() - start, 1)}))
+    staging.rename(rootfs)
+    for stale in LAB.glob("rootfs-*"):
+        if stale != rootfs and stale.is_dir() and not any(RUN.glob("*/lower")):
+            shutil.rmtree(stale, ignore_errors=True)
+    return rootfs
+
+
+def ensure_key() -> None:
+    SSH_DIR.mkdir(parents=True, exist_ok=True)
+    if not KEY.is_file():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vllm-omni-lab", "-f", str(KEY)])
+
+
+# --- machines -----------------------------------------------------------------------------------
+
+
+def host_name(index: int) -> str:
+    return f"lab-{index}"
+
+
+def host_ip(index: int) -> str:
+    return f"{SUBNET}.{10 + index}"
+
+
+def machine_dir(name: str) -> Path:
+    return RUN / name
+
+
+def nspawn_pid(name: str) -> int | None:
+    pid_file = machine_dir(name) / "nspawn.pid"
+    if not pid_file.is_file():
+        return None
+    pid = int(pid_file.read_text())
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return None
+    return pid if b"systemd-nspawn" in cmdline[0] and name.encode() in cmdline else None
+
+
+def init_pid(name: str) -> int | None:
+    pid = nspawn_pid(name)
+    if pid is None:
+        return None
+    children = quiet(["pgrep", "-P", str(pid)]).stdout.split()
+    return int(children[0]) if children else None
+
+
+def is_mounted(path: Path) -> bool:
+    return quiet(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+def ensure_bridge() -> None:
+    if quiet(["ip", "link", "show", BRIDGE]).returncode != 0:
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{CONTROLLER_IP}/24", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def prepare_overlay(name: str, index: int, rootfs: Path, gpu_profile: str | None) -> Path:
+    base = machine_dir(name)
+    upper, work, merged = base / "upper", base / "work", base / "merged"
+    fresh = not upper.is_dir()
+    for path in (upper, work, merged):
+        path.mkdir(parents=True, exist_ok=True)
+    if not is_mounted(merged):
+        run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={rootfs},upperdir={upper},workdir={work}",
+             str(merged)])
+    (base / "lower").write_text(str(rootfs))
+    if fresh:
+        (merged / "etc" / "hostname").write_text(name + "\n")
+        (merged / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
+        (merged / "etc" / "machine-id").write_text(secrets.token_hex(16) + "\n")
+        network = merged / "etc" / "systemd" / "network"
+        network.mkdir(parents=True, exist_ok=True)
+        # 10- sorts before the image's 80-container-host0.network, which would take DHCP/link-local.
+        (network / "10-host0.network").write_text(
+            f"[Match]\nName=host0\n\n[Network]\nAddress={host_ip(index)}/24\nLinkLocalAddressing=no\n")
+        run(["ssh-keygen", "-q", "-A", "-f", str(merged)])
+        public = KEY.with_suffix(".pub").read_text()
+        for user, home in (("root", merged / "root"), ("deploy", merged / "home" / "deploy")):
+            ssh = home / ".ssh"
+            ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (ssh / "authorized_keys").write_text(public)
+            (ssh / "authorized_keys").chmod(0o600)
+            if user == "deploy":
+                run(["chroot", str(merged), "chown", "-R", "deploy:deploy", "/home/deploy/.ssh"])
+    if gpu_profile:
+        place_gpu_standin(merged, gpu_profile)
+    return merged
+
+
+def place_gpu_standin(merged: Path, profile: str) -> None:
+    source = GPU_PROFILES / profile
+    if not source.is_dir():
+        sys.exit(f"lab: no GPU profile {profile!r}; have: {', '.join(sorted(p.name for p in GPU_PROFILES.iterdir()))}")
+    target = merged / "usr" / "local" / "share" / "fake-nvidia-smi"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    binary = merged / "usr" / "local" / "bin" / "nvidia-smi"
+    shutil.copyfile(GPU_STANDIN, binary)
+    binary.chmod(0o755)
+
+
+def boot(name: str, merged: Path) -> None:
+    base = machine_dir(name)
+    console = (base / "console.log").open("ab")
+    process = subprocess.Popen(
+        ["systemd-nspawn", "--quiet", "--directory", str(merged), "--machine", name, "--boot",
+         f"--network-bridge={BRIDGE}", "--register=no", "--keep-unit", "--console=passive",
+         # Engines need more open files and locked memory than nspawn's defaults.
+         "--rlimit=RLIMIT_NOFILE=1048576", "--rlimit=RLIMIT_MEMLOCK=infinity"],
+        stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True)
+    (base / "nspawn.pid").write_text(str(process.pid))
+
+
+def wait_ready(name: str, ip: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if nspawn_pid(name) is None:
+            tail = (machine_dir(name) / "console.log").read_text(errors="replace")[-2000:]
+            sys.exit(f"lab: {name} exited while booting; console:\n{tail}")
+        try:
+            with socket.create_connection((ip, 22), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        sys.exit(f"lab: {name} did not open SSH on {ip}:22 in time")
+    while time.monotonic() < deadline:
+        state = quiet(ssh_argv(ip, "systemctl is-system-running")).stdout.strip()
+        if state in ("running", "degraded"):
+            if state == "degraded":
+                failed = quiet(ssh_argv(ip, "systemctl --failed --no-legend --plain")).stdout.strip()
+                log(f"{name} is up but degraded: {failed}")
+            return
+        time.sleep(0.5)
+    sys.exit(f"lab: {name} did not finish booting in time")
+
+
+def ssh_argv(ip: str, command: str, user: str = "root") -> list[str]:
+    return ["ssh", "-i", str(KEY), "-o", f"UserKnownHostsFile={KNOWN_HOSTS}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"{user}@{ip}", command]
+
+
+def write_known_hosts(hosts: list[tuple[str, str]]) -> None:
+    lines = []
+    for name, ip in hosts:
+        key = (machine_dir(name) / "merged" / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
+        lines.append(f"{ip} {key[0]} {key[1]}")
+    KNOWN_HOSTS.write_text("\n".join(lines) + "\n")
+
+
+def write_inventory(hosts: list[tuple[str, str]]) -> None:
+    """inventories/lab/hosts.yml: the machines, their SSH settings, and the groups deploy.yml uses."""
+    INVENTORY.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# GENERATED by tests/lab/lab.py up (git-ignored). The local lab: systemd-nspawn machines.",
+        "all:",
+        "  vars:",
+        "    ansible_user: deploy",
+        "    ansible_become: true",
+        f"    ansible_ssh_private_key_file: {KEY}",
+        f"    ansible_ssh_common_args: -o UserKnownHostsFile={KNOWN_HOSTS} -o StrictHostKeyChecking=yes",
+        "    ansible_python_interpreter: /usr/bin/python3",
+        "  hosts:",
+    ]
+    for name, ip in hosts:
+        lines += [f"    {name}:", f"      ansible_host: {ip}"]
+    lines += ["  children:", "    lab:", "      hosts:"]
+    lines += [f"        {name}:" for name, _ in hosts]
+    INVENTORY.write_text("\n".join(lines) + "\n")
+
+
+def up(count: int, gpu_profile: str | None) -> None:
+    ensure_host_tools()
+    ensure_key()
+    rootfs = ensure_rootfs()
+    ensure_bridge()
+    wanted = [(host_name(i), host_ip(i)) for i in range(1, count + 1)]
+    for existing in sorted(p.name for p in RUN.glob("lab-*")) if RUN.is_dir() else []:
+        if existing not in {name for name, _ in wanted}:
+            stop(existing)
+    started = []
+    for index, (name, _ip) in enumerate(wanted, start=1):
+        if nspawn_pid(name) is not None:
+            continue
+        lower = machine_dir(name) / "lower"
+        if lower.is_file() and lower.read_text() != str(rootfs):
+            stop(name)  # its overlay sits on an older rootfs: start it fresh
+        merged = prepare_overlay(name, index, rootfs, gpu_profile)
+        boot(name, merged)
+        started.append(name)
+    write_known_hosts(wanted)
+    deadline = time.monotonic() + 120
+    for name, ip in wanted:
+        wait_ready(name, ip, deadline)
+    write_inventory(wanted)
+    log(f"{len(wanted)} machine(s) up (started: {', '.join(started) or 'none, all were running'}); "
+        f"inventory: {INVENTORY.relative_to(REPO)}")
+
+
+def stop(name: str) -> None:
+    base = machine_dir(name)
+    pid, init = nspawn_pid(name), init_pid(name)
+    if init is not None:
+        os.kill(init, signal.SIGRTMIN + 4)  # systemd: clean poweroff
+    if pid is not None:
+        for _ in range(100):
+            if nspawn_pid(name) is None:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+            time.sleep(0.5)
+    merged = base / "merged"
+    if merged.exists() and is_mounted(merged):
+        run(["umount", str(merged)])
+    shutil.rmtree(base, ignore_errors=True)
+    quiet(["ip", "link", "del", f"vb-{name}"])
+
+
+def down() -> None:
+    if os.geteuid() != 0:
+        sys.exit("lab: needs root")
+    for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
+        stop(base.name)
+    quiet(["ip", "link", "del", BRIDGE])
+    shutil.rmtree(RUN, ignore_errors=True)
+    INVENTORY.unlink(missing_ok=True)
+    leftovers = check_clean()
+    if leftovers:
+        sys.exit("lab: left behind after down: " + "; ".join(leftovers))
+    log("down: no machines, mounts, veths or bridge left")
+
+
+def check_clean() -> list[str]:
+    leftovers = []
+    nspawns = quiet(["pgrep", "-f", "systemd-nspawn.*--machine lab-"]).stdout.split()
+    if nspawns:
+        leftovers.append(f"systemd-nspawn processes {' '.join(nspawns)}")
+    mounts = [line for line in Path("/proc/mounts").read_text().splitlines() if str(RUN) in line]
+    if mounts:
+        leftovers.append(f"{len(mounts)} mount(s) under {RUN}")
+    links = quiet(["ip", "-o", "link", "show"]).stdout
+    veths = [word.split("@")[0] for word in links.split() if word.startswith("vb-lab-")]
+    if veths:
+        leftovers.append(f"veths {' '.join(veths)}")
+    if f" {BRIDGE}:" in links:
+        leftovers.append(f"bridge {BRIDGE}")
+    if RUN.exists():
+        leftovers.append(f"run directory {RUN}")
+    return leftovers
+
+
+def status() -> None:
+    for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
+        name = base.name
+        print(f"{name}: {'running' if nspawn_pid(name) else 'stopped'} ip={host_ip(int(name.split('-')[1]))}")
+
+
+def exec_in(name: str, command: list[str]) -> int:
+    init = init_pid(name)
+    if init is None:
+        sys.exit(f"lab: {name} is not running")
+    return subprocess.run(["nsenter", "--target", str(init), "--all", *command], check=False).returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up")
+    up_parser.add_argument("--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "3")))
+    up_parser.add_argument("--gpu-profile", default=os.environ.get("LAB_GPU_PROFILE") or None)
+    sub.add_parser("down")
+    sub.add_parser("status")
+    sub.add_parser("check-clean")
+    exec_parser = sub.add_parser("exec")
+    exec_parser.add_argument("host")
+    exec_parser.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    if args.command == "up":
+        if not 1 <= args.hosts <= 20:
+            sys.exit("lab: --hosts must be between 1 and 20")
+        up(args.hosts, args.gpu_profile)
+    elif args.command == "down":
+        down()
+    elif args.command == "status":
+        status()
+    elif args.command == "check-clean":
+        leftovers = check_clean()
+        for item in leftovers:
+            print(f"lab: left behind: {item}")
+        return 1 if leftovers else 0
+    elif args.command == "exec":
+        command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        return exec_in(args.host, command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

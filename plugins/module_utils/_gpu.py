@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
@@ -48,7 +47,7 @@ def parse_query_gpu(text: str) -> list[dict]:
         cells = _cells(line)
         if len(cells) != len(QUERY_FIELDS):
             raise GpuParseError(f"query-gpu row has {len(cells)} fields, expected {len(QUERY_FIELDS)}: {line!r}")
-        row = dict(zip(QUERY_FIELDS, cells))
+        row = dict(zip(QUERY_FIELDS, cells))  # noqa: B905 - length checked above; hosts may run Python < 3.10
         gpus.append({
             "index": _number(row["index"], "index"),
             "uuid": row["uuid"],
@@ -73,7 +72,7 @@ def parse_compute_apps(text: str) -> list[dict]:
         cells = _cells(line)
         if len(cells) != len(APP_FIELDS):
             raise GpuParseError(f"compute-apps row has {len(cells)} fields, expected {len(APP_FIELDS)}: {line!r}")
-        row = dict(zip(APP_FIELDS, cells))
+        row = dict(zip(APP_FIELDS, cells))  # noqa: B905 - length checked above; hosts may run Python < 3.10
         apps.append({"pid": _number(row["pid"], "pid"), "gpu_uuid": row["gpu_uuid"], "process_name": row["process_name"],
                      "used_memory_mib": _number(row["used_memory"], "used_memory") if row["used_memory"][:1].isdigit() else 0})
     return apps
@@ -109,7 +108,8 @@ def parse_topology(text: str) -> dict:
         if len(tokens) < 1 + len(devices):
             raise GpuParseError(f"topo -m row {name} has {len(tokens) - 1} link cells for {len(devices)} devices")
         cells = tokens[1:1 + len(devices)]
-        links[name] = {other: cell for other, cell in zip(devices, cells) if other != name}
+        pairs = zip(devices, cells)  # noqa: B905 - cell count checked above; hosts may run Python < 3.10
+        links[name] = {other: cell for other, cell in pairs if other != name}
         rest = tokens[1 + len(devices):]
         if name.startswith("GPU"):
             affinity[name] = {
@@ -153,9 +153,23 @@ def nvlink_islands(topology: dict) -> list[list[int]]:
     return sorted(islands.values())
 
 
+OWN_UNIT = re.compile(r"/(vllm-omni@[A-Za-z0-9_.-]+\.service)")
+
+
+def own_unit(cgroup_text: str) -> str | None:
+    """The vllm_omni.serve unit a process belongs to, from its /proc/<pid>/cgroup, or None."""
+    match = OWN_UNIT.search(cgroup_text)
+    return match.group(1) if match else None
+
+
 def build_facts(query_text: str, apps_text: str, banner_text: str, topo_text: str | None,
-                busy_memory_mib: int) -> dict:
-    """All facts of one host, from the four nvidia-smi outputs."""
+                busy_memory_mib: int, owners: dict[int, str] | None = None) -> dict:
+    """All facts of one host, from the four nvidia-smi outputs.
+
+    ``owners`` maps a pid to the vllm_omni.serve unit it runs in: those processes are this
+    deployment's own pipelines, so they (and their memory) do not make a GPU busy; a re-deploy
+    restarts them.
+    """
     banner = parse_banner(banner_text)
     gpus = parse_query_gpu(query_text)
     apps = parse_compute_apps(apps_text)
@@ -164,15 +178,20 @@ def build_facts(query_text: str, apps_text: str, banner_text: str, topo_text: st
     for gpu in gpus:
         gpu["processes"] = []
     for app in apps:
+        app["unit"] = (owners or {}).get(app["pid"])
         if app["gpu_uuid"] in by_uuid:
             by_uuid[app["gpu_uuid"]]["processes"].append(app)
     for gpu in gpus:
         reasons = []
-        if gpu["processes"]:
-            reasons.append(f"{len(gpu['processes'])} compute process(es): "
-                           + ", ".join(f"{p['process_name']} (pid {p['pid']})" for p in gpu["processes"]))
-        if gpu["memory_used_mib"] > busy_memory_mib:
-            reasons.append(f"{gpu['memory_used_mib']} MiB of memory in use (threshold {busy_memory_mib} MiB)")
+        foreign = [p for p in gpu["processes"] if not p["unit"]]
+        if foreign:
+            reasons.append(f"{len(foreign)} compute process(es): "
+                           + ", ".join(f"{p['process_name']} (pid {p['pid']})" for p in foreign))
+        own_memory = sum(p["used_memory_mib"] for p in gpu["processes"] if p["unit"])
+        gpu["own_units"] = sorted({p["unit"] for p in gpu["processes"] if p["unit"]})
+        if gpu["memory_used_mib"] - own_memory > busy_memory_mib:
+            reasons.append(f"{gpu['memory_used_mib'] - own_memory} MiB of memory in use by others "
+                           f"(threshold {busy_memory_mib} MiB)")
         gpu["busy"] = bool(reasons)
         gpu["busy_reasons"] = reasons
         if topology:

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 
@@ -14,6 +13,8 @@ description:
     GPUs with memory, compute capability, running compute processes and a busy flag, the GPU link
     matrix (NVLink / PCIe kinds), NVLink islands, each GPU's CPU and NUMA affinity, and the driver's
     CUDA version and major.
+  - Processes running in this collection's own C(vllm-omni@) units (found through their cgroup) are
+    reported with their unit and do not make a GPU busy, so a re-deploy does not refuse its own GPUs.
   - Fails with one clear message when C(nvidia-smi) is missing or the driver is not loaded.
   - Read-only; runs the same in check mode.
 options:
@@ -73,6 +74,8 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._gpu import (
     QUERY_FIELDS,
     GpuParseError,
     build_facts,
+    own_unit,
+    parse_compute_apps,
 )
 
 LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
@@ -99,13 +102,28 @@ class GpuFacts:
                                   stderr=stderr)
         return stdout
 
+    @staticmethod
+    def owners(apps: list[dict]) -> dict[int, str]:
+        """pid -> vllm-omni@ unit, for GPU processes that are this deployment's own pipelines."""
+        found = {}
+        for app in apps:
+            try:
+                with open(f"/proc/{app['pid']}/cgroup", encoding="utf-8") as handle:
+                    unit = own_unit(handle.read())
+            except OSError:  # gone, or another PID namespace (containers): not ours to claim
+                continue
+            if unit:
+                found[app["pid"]] = unit
+        return found
+
     def facts(self) -> dict:
         banner = self.run()
         query = self.run(f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
         apps = self.run(f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits")
         topo = self.run("topo", "-m") if self.module.params["topology"] else None
         try:
-            return build_facts(query, apps, banner, topo, self.module.params["busy_memory_mib"])
+            owners = self.owners(parse_compute_apps(apps))
+            return build_facts(query, apps, banner, topo, self.module.params["busy_memory_mib"], owners)
         except GpuParseError as error:
             self.module.fail_json(msg=f"could not read nvidia-smi's output: {error}", query=query, topology=topo)
         return {}  # not reached: fail_json exits

@@ -31,6 +31,7 @@ class EngineVersion:
 
     version: str
     vllm: str
+    wheel_cuda_major: int
     schema: str  # "stage_args" (legacy) or "stages" (deploy schema)
     config_flag: str
     layouts: tuple[str, ...]
@@ -59,6 +60,7 @@ def support_table() -> dict[str, EngineVersion]:
         rows[version] = EngineVersion(
             version=version,
             vllm=row["vllm"],
+            wheel_cuda_major=int(row["wheel_cuda_major"]),
             schema=row["schema"],
             config_flag=row["config_flag"],
             layouts=tuple(row["layouts"]),

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _engine_data, _stage_config
+from . import _engine_data, _placement, _stage_config
 from ._settings import (
     BY_NAME,
     COMPUTED_FACTS,
@@ -314,6 +314,57 @@ def _host_ip(host: str, variables: dict, problems: _Problems) -> str | None:
         return None
 
 
+def _host_gpus(host: str, variables: dict, facts: dict | None, settings: dict, engine, problems: _Problems):
+    """(GPUs to use, where they came from, {skipped GPU: why}) — from vllm_omni_gpus and/or discovery."""
+    where = _host_where(host)
+    if facts is not None and (not isinstance(facts, dict) or not isinstance(facts.get("gpus"), list)):
+        problems.add(where, "vllm_omni_gpu_facts", "is not the output of vllm_omni.serve.nvidia_gpu_facts",
+                     "re-run GPU discovery, or remove the variable and set vllm_omni_gpus")
+        return None, None, {}
+    if "vllm_omni_gpus" not in variables and facts is None:
+        problems.add(where, "vllm_omni_gpus", "is not set and no GPU discovery ran for this host",
+                     "set vllm_omni_gpus to the physical GPU indices, e.g. [0, 1, 2, 3, 4, 5, 6, 7], or run "
+                     "deploy.yml, which discovers them")
+        return None, None, {}
+    declared = None
+    if "vllm_omni_gpus" in variables:
+        declared, _ = _host_value(host, variables, "vllm_omni_gpus", problems)
+        if declared is None:
+            return None, None, {}
+    if facts is None:
+        return declared, "vllm_omni_gpus", {}
+    if engine is not None and settings["vllm_omni_engine_backend"] == "engine" \
+            and isinstance(facts.get("cuda_major"), int) and facts["cuda_major"] < engine.wheel_cuda_major:
+        problems.add(where, "NVIDIA driver",
+                     f"supports CUDA {facts.get('cuda_version')}, but vLLM-Omni {engine.version}'s wheels need CUDA "
+                     f"{engine.wheel_cuda_major}",
+                     f"upgrade the driver to one whose nvidia-smi shows CUDA Version {engine.wheel_cuda_major}.x or newer")
+    by_index = {gpu["index"]: gpu for gpu in facts["gpus"]}
+    busy = {index: "; ".join(gpu.get("busy_reasons") or ["busy"]) for index, gpu in by_index.items() if gpu.get("busy")}
+    allow_busy = settings["vllm_omni_allow_busy_gpus"]
+    if declared is not None:
+        missing = [g for g in declared if g not in by_index]
+        if missing:
+            problems.add(where, "vllm_omni_gpus",
+                         f"lists GPU{'s' if len(missing) > 1 else ''} {show(missing)} that nvidia-smi does not show "
+                         f"(it lists {show(sorted(by_index))})", "list only GPUs the host has")
+            return None, None, {}
+        taken = [g for g in declared if g in busy]
+        if taken and not allow_busy:
+            details = "; ".join(f"GPU {g}: {busy[g]}" for g in taken)
+            problems.add(where, "vllm_omni_gpus", f"lists busy GPUs ({details})",
+                         "stop what runs there, remove them from vllm_omni_gpus, or set vllm_omni_allow_busy_gpus: true")
+            return None, None, {}
+        return declared, "vllm_omni_gpus (checked against discovery)", {}
+    usable = sorted(g for g in by_index if allow_busy or g not in busy)
+    skipped = {} if allow_busy else {g: busy[g] for g in sorted(busy)}
+    if not usable:
+        problems.add(where, "GPUs", f"discovery found {len(by_index)} GPU(s) and all are busy ({show(skipped)})",
+                     "free them, or set vllm_omni_allow_busy_gpus: true")
+        return None, None, {}
+    return usable, "discovered", skipped
+
+
 def _gpus_per_pipeline(layout: str, tp: int) -> int:
     # pd: prefill TP + decode TP + one GPU shared by talker and code2wav.
     # aggregated: thinker TP + one GPU shared by talker and code2wav (the engine's own layout).
@@ -445,8 +496,18 @@ def _backend(settings: dict, engine) -> dict:
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": [f"xpyd-sim=={version}"], "venv": f"{root}/venvs/xpyd-sim-{version}",
                 "stand_in": True}
-    return {"name": "engine", "packages": [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"],
-            "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False}
+    packages = [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"]
+    if settings["vllm_omni_layout"] == "pd":
+        packages.append(mooncake_package(engine.wheel_cuda_major))
+    return {"name": "engine", "packages": packages, "venv": f"{root}/venvs/vllm-omni-{engine.version}",
+            "stand_in": False}
+
+
+def mooncake_package(cuda_major: int | None) -> str:
+    """The one Mooncake transfer-engine variant for wheels built against ``cuda_major`` (None: no GPU)."""
+    variants = _engine_data.companions()["mooncake"]
+    variant = variants["none" if cuda_major is None else f"cuda{cuda_major}"]
+    return f"{variant['package']}=={variant['version']}"
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -502,12 +563,8 @@ def build_plan(inventory: dict) -> dict:
         ips[host] = _host_ip(host, hostvars.get(host, {}), problems)
     for host in engine_hosts:
         variables = hostvars.get(host, {})
-        if "vllm_omni_gpus" not in variables:
-            problems.add(_host_where(host), "vllm_omni_gpus",
-                         "is not set; the collection needs to know which GPUs it may use",
-                         "set vllm_omni_gpus to the physical GPU indices, e.g. [0, 1, 2, 3, 4, 5, 6, 7]")
-            continue
-        gpus, _ = _host_value(host, variables, "vllm_omni_gpus", problems)
+        facts = variables.get("vllm_omni_gpu_facts") or None
+        gpus, gpu_source, skipped = _host_gpus(host, variables, facts, settings, engine, problems)
         wanted, wanted_source = _host_value(host, variables, "vllm_omni_pipelines_per_host", problems)
         if gpus is None or wanted is None:
             continue
@@ -527,7 +584,8 @@ def build_plan(inventory: dict) -> dict:
             continue
         if not _check_ports(host, count, settings, layout, problems):
             continue
-        host_plans[host] = {"gpus": gpus, "count": count, "wanted": wanted, "count_source": wanted_source}
+        host_plans[host] = {"gpus": gpus, "count": count, "wanted": wanted, "count_source": wanted_source,
+                            "gpu_source": gpu_source, "skipped": skipped, "facts": facts}
 
     # Addresses: unique, and reachable by peers.
     by_ip: dict[str, list[str]] = {}
@@ -572,9 +630,10 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
         if layout == "pd":
             low, high = settings["vllm_omni_mooncake_rpc_port_range"]
             slice_size = (high - low + 1) // count
+        placements = _placement.place(gpus, count, tp, layout, host_plans[host]["facts"])
         for index in range(count):
             name = f"{prefix}{index}"
-            pipeline_gpus = gpus[index * per_pipeline:(index + 1) * per_pipeline]
+            pipeline_gpus = placements[index]["gpus"]
             ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
             if layout == "pd":
                 ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
@@ -603,6 +662,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
                 "paths": paths,
                 "environment": _environment(settings, layout, ip, pipeline_gpus, ports),
                 "argv": _argv(settings, engine, backend, ip, ports, paths, served),
+                "placement": {"score": placements[index]["score"], "explain": placements[index]["explain"]},
             }
             if layout == "pd":
                 pipeline["mooncake"] = {"protocol": settings["vllm_omni_mooncake_protocol"],
@@ -615,10 +675,13 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
             pipeline["stage_config"] = document
             pipelines.append(pipeline)
             worker_urls.append(pipeline["url"])
-        unused = gpus[count * per_pipeline:]
+        used = {g for pipeline in pipelines for g in pipeline["gpus"]}
+        unused = [g for g in gpus if g not in used]
+        facts = host_plans[host]["facts"]
         hosts[host] = {
             "ip": ip,
             "gpus": gpus,
+            "gpu_source": host_plans[host]["gpu_source"],
             "gpus_per_pipeline": per_pipeline,
             "unused_gpus": unused,
             "pipelines": pipelines,
@@ -631,8 +694,13 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
                                  "source": "inventory" if "vllm_omni_ip" in hostvars[host] else "ansible_host"},
             },
         }
+        if facts:
+            hosts[host]["cuda_version"] = facts.get("cuda_version")
+            hosts[host]["skipped_gpus"] = {str(g): why for g, why in host_plans[host]["skipped"].items()}
+            for gpu, why in host_plans[host]["skipped"].items():
+                warnings.append(f"host {host}: GPU {gpu} skipped, busy: {why}")
         if unused:
-            warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} listed, "
+            warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} usable, "
                             f"{per_pipeline} per {layout} pipeline)")
     all_ports = [p for h in hosts.values() for r in h["listen_ports"] for p in (r["first"], r["last"])]
     if any(EPHEMERAL_PORTS[0] <= port <= EPHEMERAL_PORTS[1] for port in all_ports):

@@ -286,9 +286,10 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     # Per host.
     Setting("vllm_omni_gpus", HOST, None, "list of int",
-            "Physical GPU indices (nvidia-smi numbering) this deployment may use on the host. "
-            "Pipelines take them in ascending order; left-over GPUs are reported, not used.",
-            check_gpu_list, default_doc="required"),
+            "Physical GPU indices (nvidia-smi numbering) this deployment may use on the host. Optional once GPU "
+            "discovery ran (deploy.yml): then every free discovered GPU. Pipelines are placed topology-aware when "
+            "discovery read `nvidia-smi topo -m`, in ascending order otherwise; left-over GPUs are reported.",
+            check_gpu_list, default_doc="discovered GPUs"),
     Setting("vllm_omni_ip", HOST, None, "IPv4 address",
             "Address the other hosts and the router reach this host on. Engines bind to it and it "
             "becomes kv_ip / VLLM_HOST_IP. Must not be loopback unless engines and router share one host.",
@@ -361,6 +362,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_engine_backend", DEPLOYMENT, "engine", "`engine` or `simulator`",
             "`simulator` runs the xpyd-sim stand-in instead of the engine on CPU-only hosts (tests, rehearsals).",
             lambda v, n: check_choice(v, n, ("engine", "simulator"))),
+    Setting("vllm_omni_allow_busy_gpus", DEPLOYMENT, False, "bool",
+            "Use GPUs that discovery reports busy (memory in use or compute processes not of this deployment). "
+            "Without it, busy GPUs listed in vllm_omni_gpus are refused and undeclared ones are skipped.",
+            check_bool),
     Setting("vllm_omni_extra_env", DEPLOYMENT, {}, "mapping",
             "Extra environment for every pipeline (e.g. NCCL_* tuning). Planner-owned names are refused.",
             check_env),

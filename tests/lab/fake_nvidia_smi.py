@@ -50,7 +50,8 @@ def csv_rows(text, columns):
     rows = []
     for line in (text or "").splitlines():
         if line.strip():
-            rows.append(dict(zip(columns, [cell.strip() for cell in line.split(",")])))
+            cells = [cell.strip() for cell in line.split(",")]
+            rows.append(dict(zip(columns, cells)))  # noqa: B905 - short rows simply lack the later fields
     return rows
 
 

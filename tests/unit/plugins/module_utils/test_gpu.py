@@ -51,7 +51,7 @@ def test_busy_gpus_name_their_processes_or_memory():
     assert facts["gpus"][1]["busy_reasons"] == ["1 compute process(es): python3 (pid 4242)"]
     query = (GPU / "h200x2" / "query-gpu.csv").read_text().replace(", 143771, 0,", ", 143771, 2048,", 1)
     by_memory = _gpu.build_facts(query, "", (GPU / "h200x2" / "nvidia-smi.txt").read_text(), None, 1024)
-    assert by_memory["gpus"][0]["busy_reasons"] == ["2048 MiB of memory in use (threshold 1024 MiB)"]
+    assert by_memory["gpus"][0]["busy_reasons"] == ["2048 MiB of memory in use by others (threshold 1024 MiB)"]
     assert "links" not in by_memory
 
 
@@ -64,3 +64,15 @@ def test_busy_gpus_name_their_processes_or_memory():
 def test_unreadable_output_is_a_clear_error(function, text, fragment):
     with pytest.raises(_gpu.GpuParseError, match=fragment):
         function(text)
+
+
+def test_own_pipeline_processes_do_not_make_a_gpu_busy():
+    uuid = facts_of("h200x2")["gpus"][0]["uuid"]
+    query = (GPU / "h200x2" / "query-gpu.csv").read_text().replace(", 143771, 0,", ", 143771, 120000,", 1)
+    apps = f"900, {uuid}, python3, 118000\n901, {uuid}, python3, 1500\n"
+    owners = {900: _gpu.own_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni0.service\n")}
+    facts = _gpu.build_facts(query, apps, (GPU / "h200x2" / "nvidia-smi.txt").read_text(), None, 1024, owners)
+    gpu = facts["gpus"][0]
+    assert gpu["own_units"] == ["vllm-omni@omni0.service"]
+    assert gpu["busy_reasons"] == ["1 compute process(es): python3 (pid 901)", "2000 MiB of memory in use by others "
+                                   "(threshold 1024 MiB)"]

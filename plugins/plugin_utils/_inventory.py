@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._planner import ENGINE_GROUP, ROUTER_GROUP, PlanError, Problem
+from ._planner import ENGINE_GROUP, MASTER_GROUP, ROUTER_GROUP, PlanError, Problem
+from ._settings import SECRET, SETTINGS
+
+# Secrets are never templated here (no vault password needed to plan or render): only their presence.
+SECRET_NAMES = frozenset(s.name for s in SETTINGS if s.scope == SECRET)
+PRESENT = "<set; secret>"
 
 
 def _relevant(name: str) -> bool:
@@ -40,13 +45,17 @@ def plain(value: Any) -> Any:
 def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
     engine_hosts = [str(h) for h in (groups.get(ENGINE_GROUP) or [])]
     router_hosts = [str(h) for h in (groups.get(ROUTER_GROUP) or [])]
+    master_hosts = [str(h) for h in (groups.get(MASTER_GROUP) or [])]
     variables: dict[str, dict] = {}
     problems = []
-    for host in dict.fromkeys(engine_hosts + router_hosts):
+    for host in dict.fromkeys(engine_hosts + router_hosts + master_hosts):
         host_vars = hostvars[host]
         selected = {}
         for name in list(host_vars.keys()):
             if not _relevant(str(name)):
+                continue
+            if name in SECRET_NAMES:
+                selected[str(name)] = PRESENT
                 continue
             try:
                 selected[str(name)] = plain(host_vars[name])
@@ -56,4 +65,5 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
         variables[host] = selected
     if problems:
         raise PlanError(problems)
-    return {"engine_hosts": engine_hosts, "router_hosts": router_hosts, "hostvars": variables}
+    return {"engine_hosts": engine_hosts, "router_hosts": router_hosts, "master_hosts": master_hosts,
+            "hostvars": variables}

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _engine_data, _placement, _stage_config
+from . import _engine_data, _placement, _services, _stage_config
 from ._settings import (
     BY_NAME,
     COMPUTED_FACTS,
@@ -45,6 +45,7 @@ from ._stages import (
 PLAN_SCHEMA = 1
 ENGINE_GROUP = "vllm_omni"
 ROUTER_GROUP = "vllm_omni_router"
+MASTER_GROUP = "vllm_omni_mooncake_master"
 HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # Each prefill/decode GPU worker runs one Mooncake transfer engine with two listeners
 # (handshake + TCP data); doubled for restarts that briefly overlap.
@@ -381,7 +382,7 @@ def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _port_ranges(count: int, settings: dict, layout: str) -> list[tuple[str, str, tuple[int, int]]]:
+def _engine_ranges(count: int, settings: dict, layout: str) -> list[tuple[str, str, tuple[int, int]]]:
     api = settings["vllm_omni_api_port_base"]
     ranges = [("API ports", "vllm_omni_api_port_base", (api, api + count - 1))]
     if layout == "pd":
@@ -392,9 +393,22 @@ def _port_ranges(count: int, settings: dict, layout: str) -> list[tuple[str, str
     return ranges
 
 
-def _check_ports(host: str, count: int, settings: dict, layout: str, problems: _Problems) -> bool:
+def _service_ranges(settings: dict, router: bool, master: bool) -> list[tuple[str, str, tuple[int, int]]]:
+    ranges = []
+    if router:
+        for label, name in (("router port", "vllm_omni_router_port"),
+                            ("router metrics port", "vllm_omni_router_metrics_port")):
+            ranges.append((label, name, (settings[name], settings[name])))
+    if master:
+        for label, name in (("mooncake_master RPC port", "vllm_omni_mooncake_master_rpc_port"),
+                            ("mooncake_master HTTP port", "vllm_omni_mooncake_master_metrics_port")):
+            ranges.append((label, name, (settings[name], settings[name])))
+    return ranges
+
+
+def _check_ports(host: str, ranges: list, problems: _Problems, count: int = 0) -> bool:
+    """Every port range on one host inside 1024-65535 and apart from every other."""
     ok = True
-    ranges = _port_ranges(count, settings, layout)
     for label, name, (low, high) in ranges:
         if high > 65535:
             problems.add(_host_where(host), name,
@@ -404,22 +418,26 @@ def _check_ports(host: str, count: int, settings: dict, layout: str, problems: _
     for i, (label_a, name_a, range_a) in enumerate(ranges):
         for label_b, name_b, range_b in ranges[i + 1:]:
             if _ranges_overlap(range_a, range_b):
+                on_host = f" ({count} pipelines on this host)" if count else ""
                 problems.add(_host_where(host), f"{name_a} / {name_b}",
                              f"collide: {label_a} {range_a[0]}-{range_a[1]} overlap {label_b} "
-                             f"{range_b[0]}-{range_b[1]} ({count} pipelines on this host)",
+                             f"{range_b[0]}-{range_b[1]}{on_host}",
                              f"move {name_b} so the ranges do not overlap")
                 ok = False
-    if layout == "pd":
-        low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-        per_pipeline = (high - low + 1) // count
-        needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
-        if per_pipeline < needed:
-            problems.add(_host_where(host), "vllm_omni_mooncake_rpc_port_range",
-                         f"[{low}, {high}] leaves each of the {count} pipelines {per_pipeline} ports; each needs "
-                         f"{needed} (2 listeners per prefill/decode GPU worker, doubled for restarts)",
-                         f"widen it to at least {needed * count} ports, e.g. [{low}, {low + needed * count - 1}]")
-            ok = False
     return ok
+
+
+def _check_mooncake_slices(host: str, count: int, settings: dict, problems: _Problems) -> bool:
+    low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+    per_pipeline = (high - low + 1) // count
+    needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
+    if per_pipeline < needed:
+        problems.add(_host_where(host), "vllm_omni_mooncake_rpc_port_range",
+                     f"[{low}, {high}] leaves each of the {count} pipelines {per_pipeline} ports; each needs "
+                     f"{needed} (2 listeners per prefill/decode GPU worker, doubled for restarts)",
+                     f"widen it to at least {needed * count} ports, e.g. [{low}, {low + needed * count - 1}]")
+        return False
+    return True
 
 
 # --- pipelines ----------------------------------------------------------------------------------
@@ -516,7 +534,8 @@ def mooncake_package(cuda_major: int | None) -> str:
 def build_plan(inventory: dict) -> dict:
     """Validate the inventory and compute the deployment plan.
 
-    ``inventory``: ``{"engine_hosts": [...], "router_hosts": [...], "hostvars": {host: {var: value}}}``
+    ``inventory``: ``{"engine_hosts": [...], "router_hosts": [...], "master_hosts": [...],
+    "hostvars": {host: {var: value}}}``
     where each host's vars hold at least its ``vllm_omni_*`` settings and ``ansible_host``.
     Raises ``PlanError`` listing every problem found.
     """
@@ -532,7 +551,8 @@ def build_plan(inventory: dict) -> dict:
     router_defaulted = not router_hosts
     if router_defaulted:
         router_hosts = [sorted(engine_hosts)[0]]
-    all_hosts = sorted(set(engine_hosts) | set(router_hosts))
+    master_hosts = list(dict.fromkeys(inventory.get("master_hosts") or []))
+    all_hosts = sorted(set(engine_hosts) | set(router_hosts) | set(master_hosts))
     for host in all_hosts:
         if not isinstance(host, str) or not HOSTNAME_PATTERN.fullmatch(host):
             problems.add(_host_where(show(host)), "inventory_hostname",
@@ -555,6 +575,15 @@ def build_plan(inventory: dict) -> dict:
                      "set vllm_omni_mooncake_protocol: rdma, or remove the device list")
     tp = settings["vllm_omni_tensor_parallel_size"]
     per_pipeline = _gpus_per_pipeline(layout, tp)
+    master_defaulted = settings["vllm_omni_mooncake_master_enabled"] and not master_hosts
+    if master_defaulted:
+        master_hosts = [engine_hosts[0]]
+        all_hosts = sorted(set(all_hosts) | set(master_hosts))
+    elif master_hosts and not settings["vllm_omni_mooncake_master_enabled"]:
+        problems.add(f"group {MASTER_GROUP}", "vllm_omni_mooncake_master_enabled",
+                     f"is false, but group {MASTER_GROUP} lists {', '.join(master_hosts)}",
+                     "set vllm_omni_mooncake_master_enabled: true, or empty the group")
+    service_only = sorted(set(all_hosts) - set(engine_hosts))
 
     # Per host: address, GPUs, pipeline count.
     ips: dict[str, str | None] = {}
@@ -582,10 +611,18 @@ def build_plan(inventory: dict) -> dict:
                          f"({per_pipeline} each: {_gpu_formula(layout, tp)}); vllm_omni_gpus lists {len(gpus)}",
                          f"set it to at most {fits}, or auto")
             continue
-        if not _check_ports(host, count, settings, layout, problems):
+        ranges = (_engine_ranges(count, settings, layout)
+                  + _service_ranges(settings, host in router_hosts, host in master_hosts))
+        if not _check_ports(host, ranges, problems, count):
             continue
-        host_plans[host] = {"gpus": gpus, "count": count, "wanted": wanted, "count_source": wanted_source,
+        if layout == "pd" and not _check_mooncake_slices(host, count, settings, problems):
+            continue
+        host_plans[host] = {"ip_source": "inventory" if "vllm_omni_ip" in variables else "ansible_host",
+                            "gpus": gpus, "count": count, "wanted": wanted, "count_source": wanted_source,
                             "gpu_source": gpu_source, "skipped": skipped, "facts": facts}
+
+    for host in service_only:
+        _check_ports(host, _service_ranges(settings, host in router_hosts, host in master_hosts), problems)
 
     # Addresses: unique, and reachable by peers.
     by_ip: dict[str, list[str]] = {}
@@ -607,13 +644,27 @@ def build_plan(inventory: dict) -> dict:
     problems.raise_if_any()
     assert engine is not None  # _check_version_layout added a problem otherwise
 
-    plan = _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, router_defaulted,
-                     ips, host_plans, hostvars)
+    plan = _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ips)
+    plan["router"] = _services.router_plan(settings, router_hosts, router_defaulted, ips, plan["worker_urls"])
+    plan["mooncake_master"] = _services.master_plan(settings, master_hosts, master_defaulted, ips)
+    for service in (plan["router"], plan["mooncake_master"]):
+        for host, ranges in service.get("listen_ports", {}).items():
+            if host in plan["hosts"]:
+                plan["hosts"][host]["listen_ports"].extend(ranges)
+    ephemeral = sorted({f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
+                        for ranges in _all_listen_ports(plan).values() for r in ranges
+                        if r["first"] <= EPHEMERAL_PORTS[1] and r["last"] >= EPHEMERAL_PORTS[0]})
+    if ephemeral:
+        plan["warnings"].append(f"ports {', '.join(ephemeral)} lie in Linux's default ephemeral range "
+                                f"{EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}: the mooncake role reserves every planned "
+                                "port (net.ipv4.ip_local_reserved_ports) so outgoing connections cannot take them")
+    if not settings["vllm_omni_api_key_required"]:
+        plan["warnings"].append("vllm_omni_api_key_required is false: every pipeline and the router answer "
+                                "requests without an API key")
     return plan
 
 
-def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, router_defaulted, ips,
-              host_plans, hostvars) -> dict:
+def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ips) -> dict:
     layout = settings["vllm_omni_layout"]
     tp = settings["vllm_omni_tensor_parallel_size"]
     per_pipeline = _gpus_per_pipeline(layout, tp)
@@ -690,8 +741,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
                 "vllm_omni_gpus": {"value": gpus, "source": "inventory"},
                 "vllm_omni_pipelines_per_host": {"value": host_plans[host]["wanted"],
                                                  "source": host_plans[host]["count_source"]},
-                "vllm_omni_ip": {"value": ip,
-                                 "source": "inventory" if "vllm_omni_ip" in hostvars[host] else "ansible_host"},
+                "vllm_omni_ip": {"value": ip, "source": host_plans[host]["ip_source"]},
             },
         }
         if facts:
@@ -702,10 +752,6 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
         if unused:
             warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} usable, "
                             f"{per_pipeline} per {layout} pipeline)")
-    all_ports = [p for h in hosts.values() for r in h["listen_ports"] for p in (r["first"], r["last"])]
-    if any(EPHEMERAL_PORTS[0] <= port <= EPHEMERAL_PORTS[1] for port in all_ports):
-        warnings.append(f"some planned ports lie in Linux's default ephemeral range {EPHEMERAL_PORTS[0]}-"
-                        f"{EPHEMERAL_PORTS[1]}; an outgoing connection can hold one when a unit restarts")
     return {
         "schema": PLAN_SCHEMA,
         "layout": layout,
@@ -721,11 +767,19 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, router_hosts, 
         "tensor_parallel_size": tp,
         "settings": {name: {"value": settings[name], "source": sources[name]} for name in sorted(settings)},
         "hosts": hosts,
-        "router": {"hosts": sorted(router_hosts), "defaulted": router_defaulted,
-                   "addresses": {h: ips[h] for h in sorted(router_hosts)}},
         "worker_urls": worker_urls,
         "warnings": warnings,
     }
+
+
+def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
+    """host -> every port range planned there (pipelines, router, master)."""
+    found = {host: list(host_plan["listen_ports"]) for host, host_plan in plan["hosts"].items()}
+    for service in (plan["router"], plan["mooncake_master"]):
+        for host, ranges in service.get("listen_ports", {}).items():
+            if host not in plan["hosts"]:
+                found.setdefault(host, []).extend(ranges)
+    return found
 
 
 def _listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
@@ -733,11 +787,11 @@ def _listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
     ranges = []
     for pipeline in pipelines:
         ports = pipeline["ports"]
-        ranges.append({"pipeline": pipeline["name"], "purpose": "api", "first": ports["api"], "last": ports["api"]})
+        ranges.append({"service": pipeline["name"], "purpose": "api", "first": ports["api"], "last": ports["api"]})
         if layout == "pd":
-            ranges.append({"pipeline": pipeline["name"], "purpose": "mooncake_bootstrap",
+            ranges.append({"service": pipeline["name"], "purpose": "mooncake_bootstrap",
                            "first": ports["bootstrap"], "last": ports["bootstrap"]})
-            ranges.append({"pipeline": pipeline["name"], "purpose": "mooncake_rpc",
+            ranges.append({"service": pipeline["name"], "purpose": "mooncake_rpc",
                            "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1]})
     return ranges
 

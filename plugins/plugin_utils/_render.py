@@ -12,6 +12,7 @@ construction and is tested in the lab.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from . import _yaml
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"
 ARGV_FILE = "argv"
+DROPIN_FILE = "10-pipeline.conf"  # /etc/systemd/system/<unit>.d/ on the host
 PLAN_FILE = "plan.json"
 
 
@@ -46,12 +48,35 @@ def argv_text(pipeline: dict) -> str:
     return "\n".join(pipeline["argv"]) + "\n"
 
 
+_SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_./:=,@+-]+")
+
+
+def systemd_word(word: str) -> str:
+    """One ExecStart= argument: bare when safe, else quoted (systemd.service "Command lines")."""
+    if _SYSTEMD_PLAIN.fullmatch(word):
+        return word
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def dropin_text(pipeline: dict) -> str:
+    """The pipeline's drop-in for the vllm-omni@.service template: its environment file and exact argv."""
+    return (
+        f"# {pipeline['unit']}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"
+        "[Service]\n"
+        f"EnvironmentFile={pipeline['paths']['env_file']}\n"
+        "ExecStart=\n"
+        f"ExecStart={' '.join(systemd_word(word) for word in pipeline['argv'])}\n"
+    )
+
+
 def pipeline_files(plan: dict, pipeline: dict) -> dict[str, str]:
-    """{file name: text} of one pipeline's config directory."""
+    """{file name: text} of one pipeline: what the engine role installs, and render.yml writes."""
     return {
         STAGE_CONFIG: stage_config_text(plan, pipeline),
         ENV_FILE: env_text(pipeline),
         ARGV_FILE: argv_text(pipeline),
+        DROPIN_FILE: dropin_text(pipeline),
     }
 
 

@@ -13,6 +13,7 @@ Scopes:
 * ``deployment``: one value for the whole deployment (group_vars). Different values on
   different hosts are refused, because one deployment runs one engine version, model, layout.
 * ``playbook``: read by one playbook (usually passed with ``-e``); not part of the plan.
+* ``secret``: read by a role while writing a host's secret files; never part of the plan.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 HOST = "host"
 DEPLOYMENT = "deployment"
 PLAYBOOK = "playbook"  # read by a playbook (usually from -e), not part of the plan
+SECRET = "secret"  # read by the roles on the hosts only; never enters the plan
 
 # Names the collection itself sets as facts during a run; they appear in hostvars on a second
 # pass and are not user settings.
@@ -369,6 +371,50 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_extra_env", DEPLOYMENT, {}, "mapping",
             "Extra environment for every pipeline (e.g. NCCL_* tuning). Planner-owned names are refused.",
             check_env),
+    # Router (vllm-router) in front of every pipeline: hosts of group vllm_omni_router (default: the
+    # first engine host).
+    Setting("vllm_omni_router_port", DEPLOYMENT, 8000, "port", "Router API port (clients send requests here).",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_router_metrics_port", DEPLOYMENT, 29000, "port", "Router Prometheus metrics port.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_router_policy", DEPLOYMENT, "round_robin", "string",
+            "Load-balancing policy over the pipelines: round_robin, random, power_of_two, cache_aware, "
+            "consistent_hash.",
+            lambda v, n: check_choice(v, n, ("round_robin", "random", "power_of_two", "cache_aware",
+                                             "consistent_hash"))),
+    Setting("vllm_omni_router_max_retries", DEPLOYMENT, 2, "int",
+            "Retries of a failed request on another pipeline (the router's retry budget).",
+            lambda v, n: check_int(v, n, 0, 10)),
+    Setting("vllm_omni_router_request_timeout", DEPLOYMENT, 1800, "seconds",
+            "Router timeout for one request (audio generation can take minutes).",
+            lambda v, n: check_int(v, n, 10, 86400)),
+    Setting("vllm_omni_router_cb_failure_threshold", DEPLOYMENT, 5, "int",
+            "Consecutive failures that open a pipeline's circuit breaker (0 disables the breaker).",
+            lambda v, n: check_int(v, n, 0, 1000)),
+    Setting("vllm_omni_router_cb_timeout", DEPLOYMENT, 30, "seconds",
+            "How long an open circuit breaker keeps a pipeline out before probing it again.",
+            lambda v, n: check_int(v, n, 1, 3600)),
+    Setting("vllm_omni_router_health_check_interval", DEPLOYMENT, 5, "seconds",
+            "Router's interval between /health checks of each pipeline.",
+            lambda v, n: check_int(v, n, 1, 600)),
+    Setting("vllm_omni_api_key_required", DEPLOYMENT, True, "bool",
+            "Require an API key on every request (enforced by the engines; clients send it through the router). "
+            "false only for closed test networks.",
+            check_bool),
+    Setting("vllm_omni_api_key", SECRET, None, "string (vault)",
+            "The API key clients must send (`Authorization: Bearer ...`). Keep it in Ansible Vault; it is written only "
+            "to the hosts' 0640 engine.env, never to the plan or the render directory.",
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9._~+/=-]{16,256}", "16-256 characters of A-Z a-z 0-9 . _ ~ + / = -",
+                                   "a-long-random-string-from-vault"),
+            default_doc="required when vllm_omni_api_key_required"),
+    # Mooncake master (only for Mooncake store connectors; the PD path's MooncakeConnector needs none).
+    Setting("vllm_omni_mooncake_master_enabled", DEPLOYMENT, False, "bool",
+            "Run mooncake_master on the hosts of group vllm_omni_mooncake_master (default: the first engine host).",
+            check_bool),
+    Setting("vllm_omni_mooncake_master_rpc_port", DEPLOYMENT, 50051, "port", "mooncake_master RPC port.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_mooncake_master_metrics_port", DEPLOYMENT, 9003, "port",
+            "mooncake_master HTTP port (/health, /metrics).", lambda v, n: check_int(v, n, 1024, 65535)),
     # Read by playbooks.
     Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",

@@ -42,8 +42,13 @@ def summary_lines(plan: dict) -> list[str]:
                 port_text += f", bootstrap {ports['bootstrap']}, mooncake {ports['mooncake_rpc'][0]}-{ports['mooncake_rpc'][1]}"
             lines.append(f"  {pipeline['name']}: {_stage_cell(pipeline['stages'])}; {port_text}; {pipeline['url']}")
     router = plan["router"]
-    lines.append(f"router on {', '.join(router['hosts'])}"
+    urls = ", ".join(entry["url"] for entry in router["per_host"].values())
+    lines.append(f"router {urls}"
                  f"{' (first engine host; set group vllm_omni_router to choose)' if router['defaulted'] else ''}: "
-                 f"{len(plan['worker_urls'])} worker(s)")
+                 f"{len(plan['worker_urls'])} worker(s), policy {router['policy']}, "
+                 f"API key {'required' if router['api_key_required'] else 'NOT required'}")
+    master = plan["mooncake_master"]
+    if master["enabled"]:
+        lines.append("mooncake_master " + ", ".join(entry["rpc_address"] for entry in master["per_host"].values()))
     lines += [f"WARNING: {warning}" for warning in plan["warnings"]]
     return lines

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The services around the pipelines: the router in front, the optional Mooncake master.
+
+Same rule as for pipelines: every port, path, version and argv is decided here, once; the roles
+only install and start what the plan says.
+"""
+
+from __future__ import annotations
+
+from . import _engine_data
+
+
+def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
+    version = _engine_data.companions()["vllm_router"]
+    venv = f"{settings['vllm_omni_install_root']}/venvs/vllm-router-{version}"
+    port, metrics = settings["vllm_omni_router_port"], settings["vllm_omni_router_metrics_port"]
+    per_host = {}
+    for host in sorted(hosts):
+        ip = ips[host]
+        argv = [
+            f"{venv}/bin/vllm-router", "--host", ip, "--port", str(port),
+            "--worker-urls", *worker_urls,
+            "--policy", settings["vllm_omni_router_policy"],
+            "--prometheus-host", ip, "--prometheus-port", str(metrics),
+            "--health-check-endpoint", "/health",
+            "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
+            "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
+            # Pipelines can take many minutes to load; the router must not give up on them at start.
+            "--worker-startup-timeout-secs", str(settings["vllm_omni_init_timeout"]),
+            "--worker-startup-check-interval", "2",
+        ]
+        retries = settings["vllm_omni_router_max_retries"]
+        argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
+        failures = settings["vllm_omni_router_cb_failure_threshold"]
+        argv += (["--cb-failure-threshold", str(failures),
+                  "--cb-timeout-duration-secs", str(settings["vllm_omni_router_cb_timeout"])]
+                 if failures else ["--disable-circuit-breaker"])
+        per_host[host] = {
+            "ip": ip,
+            "url": f"http://{ip}:{port}",
+            "metrics_url": f"http://{ip}:{metrics}/metrics",
+            "argv": argv,
+        }
+    return {
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "unit": "vllm-omni-router.service",
+        "package": f"vllm-router=={version}",
+        "venv": venv,
+        "port": port,
+        "metrics_port": metrics,
+        "policy": settings["vllm_omni_router_policy"],
+        "api_key_required": settings["vllm_omni_api_key_required"],
+        "worker_urls": list(worker_urls),
+        "per_host": per_host,
+        "listen_ports": {host: [{"service": "router", "purpose": "api", "first": port, "last": port},
+                                {"service": "router", "purpose": "metrics", "first": metrics, "last": metrics}]
+                         for host in sorted(hosts)},
+    }
+
+
+def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
+    if not settings["vllm_omni_mooncake_master_enabled"]:
+        return {"enabled": False, "hosts": []}
+    variant = _engine_data.companions()["mooncake"]["none"]  # the master needs no GPU
+    venv = f"{settings['vllm_omni_install_root']}/venvs/mooncake-master-{variant['version']}"
+    rpc, http = settings["vllm_omni_mooncake_master_rpc_port"], settings["vllm_omni_mooncake_master_metrics_port"]
+    per_host = {}
+    for host in sorted(hosts):
+        ip = ips[host]
+        per_host[host] = {
+            "ip": ip,
+            "rpc_address": f"{ip}:{rpc}",
+            "health_url": f"http://{ip}:{http}/health",
+            "metrics_url": f"http://{ip}:{http}/metrics",
+            # Bound to the host's address, not 0.0.0.0. The embedded HTTP metadata server stays off:
+            # it ignores its host flag and binds every interface (docs/mooncake.md).
+            "argv": [f"{venv}/bin/mooncake_master", f"--rpc_address={ip}", f"--rpc_port={rpc}",
+                     f"--metrics_host={ip}", f"--metrics_port={http}", "--enable_http_metadata_server=false",
+                     "--logtostderr=true"],
+        }
+    return {
+        "enabled": True,
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "unit": "mooncake-master.service",
+        "package": f"{variant['package']}=={variant['version']}",
+        "venv": venv,
+        "rpc_port": rpc,
+        "metrics_port": http,
+        "per_host": per_host,
+        "listen_ports": {host: [{"service": "mooncake_master", "purpose": "rpc", "first": rpc, "last": rpc},
+                                {"service": "mooncake_master", "purpose": "http", "first": http, "last": http}]
+                         for host in sorted(hosts)},
+    }

@@ -1,0 +1,88 @@
+"""Router and Mooncake master in the plan: argv, ports, collisions, and secrets kept out."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO, inventory, load_ansible_inventory, one_host, problems_of
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+
+
+def two_hosts_and_router(**settings):
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": list(range(6))},
+                     "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": list(range(3))}}, settings,
+                    router=["edge"])
+    inv["hostvars"]["edge"] = {"ansible_host": "10.0.0.5"}
+    return inv
+
+
+def test_router_fronts_every_pipeline_of_every_host():
+    plan = build_plan(two_hosts_and_router())
+    router = plan["router"]
+    assert router["hosts"] == ["edge"] and router["defaulted"] is False
+    argv = router["per_host"]["edge"]["argv"]
+    assert argv[:5] == ["/opt/vllm-omni/venvs/vllm-router-0.1.17/bin/vllm-router", "--host", "10.0.0.5", "--port", "8000"]
+    urls = argv[argv.index("--worker-urls") + 1:argv.index("--policy")]
+    assert urls == ["http://10.0.0.11:8091", "http://10.0.0.11:8092", "http://10.0.0.12:8091"] == plan["worker_urls"]
+    assert argv[argv.index("--prometheus-host") + 1] == "10.0.0.5"
+    assert "--retry-max-retries" in argv and "--cb-failure-threshold" in argv
+    assert router["per_host"]["edge"]["url"] == "http://10.0.0.5:8000"
+
+
+def test_router_retries_and_breaker_can_be_turned_off():
+    argv = build_plan(one_host(vllm_omni_router_max_retries=0, vllm_omni_router_cb_failure_threshold=0))[
+        "router"]["per_host"]["gpu-a"]["argv"]
+    assert "--disable-retries" in argv and "--disable-circuit-breaker" in argv
+
+
+def test_router_port_colliding_with_a_pipeline_on_its_host_is_refused():
+    lines = problems_of(one_host(vllm_omni_router_port=8091))
+    assert any("vllm_omni_api_port_base / vllm_omni_router_port collide" in line for line in lines)
+
+
+def test_router_ports_on_a_router_only_host_must_differ():
+    lines = problems_of(two_hosts_and_router(vllm_omni_router_metrics_port=8000))
+    assert any("host edge: vllm_omni_router_port / vllm_omni_router_metrics_port collide" in line for line in lines)
+
+
+def test_mooncake_master_defaults_to_the_first_engine_host_bound_to_its_address():
+    plan = build_plan(one_host(vllm_omni_mooncake_master_enabled=True))
+    master = plan["mooncake_master"]
+    assert master["hosts"] == ["gpu-a"] and master["package"] == "mooncake-transfer-engine-non-cuda==0.3.13.post1"
+    argv = master["per_host"]["gpu-a"]["argv"]
+    assert "--rpc_address=10.0.0.11" in argv and "--metrics_host=10.0.0.11" in argv
+    assert "--enable_http_metadata_server=false" in argv
+    assert master["per_host"]["gpu-a"]["health_url"] == "http://10.0.0.11:9003/health"
+    purposes = {(r.get("service"), r["purpose"]) for r in plan["hosts"]["gpu-a"]["listen_ports"]}
+    assert ("mooncake_master", "rpc") in purposes and ("router", "api") in purposes
+    assert any("50051" in w and "ephemeral" in w for w in plan["warnings"])
+
+
+def test_mooncake_master_port_inside_the_mooncake_range_is_refused():
+    lines = problems_of(one_host(vllm_omni_mooncake_master_enabled=True, vllm_omni_mooncake_master_rpc_port=16500))
+    assert any("vllm_omni_mooncake_rpc_port_range / vllm_omni_mooncake_master_rpc_port collide" in line
+               for line in lines)
+
+
+def test_master_group_without_enabling_the_master_is_refused():
+    inv = one_host()
+    inv["master_hosts"] = ["gpu-a"]
+    assert any("is false, but group vllm_omni_mooncake_master lists gpu-a" in line for line in problems_of(inv))
+
+
+def test_the_api_key_never_reaches_the_plan_or_the_render(tmp_path):
+    secret = "very-secret-key-0123456789abcdef"
+    inv = load_ansible_inventory(REPO / "tests" / "golden" / "pd-2hosts" / "inventory",
+                                 extra_vars={"vllm_omni_api_key": secret})
+    assert all(secret not in json.dumps(v) for v in inv["hostvars"].values())
+    plan = build_plan(inv)
+    assert secret not in json.dumps(plan)
+    assert all(secret not in text for text in render_tree(plan).values())
+
+
+def test_api_key_can_be_made_optional_with_a_warning():
+    plan = build_plan(one_host(vllm_omni_api_key_required=False))
+    assert plan["router"]["api_key_required"] is False
+    assert any("without an API key" in w for w in plan["warnings"])

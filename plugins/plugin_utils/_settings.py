@@ -28,7 +28,7 @@ from typing import Any
 HOST = "host"
 DEPLOYMENT = "deployment"
 PLAYBOOK = "playbook"  # read by a playbook (usually from -e), not part of the plan
-SECRET = "secret"  # read by the roles on the hosts only; never enters the plan
+SECRET = "secret"  # noqa: S105 - a scope name: read by the roles on the hosts only; never in the plan
 
 # Names the collection itself sets as facts during a run; they appear in hostvars on a second
 # pass and are not user settings.

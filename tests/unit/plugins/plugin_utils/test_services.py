@@ -73,7 +73,7 @@ def test_master_group_without_enabling_the_master_is_refused():
 
 
 def test_the_api_key_never_reaches_the_plan_or_the_render(tmp_path):
-    secret = "very-secret-key-0123456789abcdef"
+    secret = "very-secret-key-0123456789abcdef"  # noqa: S105 - a test value
     inv = load_ansible_inventory(REPO / "tests" / "golden" / "pd-2hosts" / "inventory",
                                  extra_vars={"vllm_omni_api_key": secret})
     assert all(secret not in json.dumps(v) for v in inv["hostvars"].values())

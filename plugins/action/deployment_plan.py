@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
@@ -13,13 +14,14 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import su
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset()
+    _VALID_ARGS = frozenset(("discovery_pending",))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         try:
-            plan = build_plan(inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"]))
+            pending = boolean(self._task.args.get("discovery_pending", False), strict=True)
+            plan = build_plan(inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"]), discovery_pending=pending)
         except PlanError as error:
             result.update(failed=True, msg=str(error))
             return result

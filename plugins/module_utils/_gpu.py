@@ -153,15 +153,6 @@ def nvlink_islands(topology: dict) -> list[list[int]]:
     return sorted(islands.values())
 
 
-OWN_UNIT = re.compile(r"/(vllm-omni@[A-Za-z0-9_.-]+\.service)")
-
-
-def own_unit(cgroup_text: str) -> str | None:
-    """The vllm_omni.serve unit a process belongs to, from its /proc/<pid>/cgroup, or None."""
-    match = OWN_UNIT.search(cgroup_text)
-    return match.group(1) if match else None
-
-
 def build_facts(query_text: str, apps_text: str, banner_text: str, topo_text: str | None,
                 busy_memory_mib: int, owners: dict[int, str] | None = None) -> dict:
     """All facts of one host, from the four nvidia-smi outputs.

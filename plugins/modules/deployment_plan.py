@@ -13,7 +13,14 @@ description:
     hosts of groups C(vllm_omni) and C(vllm_omni_router), and sets the fact C(vllm_omni_plan).
   - On bad input the task fails with one message listing every problem (host, variable, fix);
     nothing else runs and no host is touched.
-  - Takes no options; the settings are the inventory's C(vllm_omni_*) variables (C(docs/variables.md)).
+  - The settings are the inventory's C(vllm_omni_*) variables (C(docs/variables.md)).
+options:
+  discovery_pending:
+    description:
+      - GPU discovery has not run yet (the first pass of C(deploy.yml)). Hosts without C(vllm_omni_gpus) then
+        get no pipelines instead of an error; everything else is validated as usual.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -47,7 +54,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec={"discovery_pending": {"type": "bool", "default": False}},
+                           supports_check_mode=True)
     module.fail_json(msg="vllm_omni.serve.deployment_plan runs on the controller through its action plugin; "
                          "call it from a play, not with ansible -m")
 

@@ -74,9 +74,9 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._gpu import (
     QUERY_FIELDS,
     GpuParseError,
     build_facts,
-    own_unit,
     parse_compute_apps,
 )
+from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit
 
 LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
 NO_DRIVER = ("couldn't communicate with the NVIDIA driver", "No devices were found", "driver/library version mismatch")
@@ -109,7 +109,7 @@ class GpuFacts:
         for app in apps:
             try:
                 with open(f"/proc/{app['pid']}/cgroup", encoding="utf-8") as handle:
-                    unit = own_unit(handle.read())
+                    unit = owner_unit(handle.read())
             except OSError:  # gone, or another PID namespace (containers): not ours to claim
                 continue
             if unit:

@@ -531,12 +531,14 @@ def mooncake_package(cuda_major: int | None) -> str:
 # --- entry point --------------------------------------------------------------------------------
 
 
-def build_plan(inventory: dict) -> dict:
+def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     """Validate the inventory and compute the deployment plan.
 
     ``inventory``: ``{"engine_hosts": [...], "router_hosts": [...], "master_hosts": [...],
     "hostvars": {host: {var: value}}}``
     where each host's vars hold at least its ``vllm_omni_*`` settings and ``ansible_host``.
+    With ``discovery_pending`` (the first pass of deploy.yml, before GPU discovery ran), hosts without
+    ``vllm_omni_gpus`` are not an error: they get no pipelines in this pass.
     Raises ``PlanError`` listing every problem found.
     """
     problems = _Problems()
@@ -593,6 +595,8 @@ def build_plan(inventory: dict) -> dict:
     for host in engine_hosts:
         variables = hostvars.get(host, {})
         facts = variables.get("vllm_omni_gpu_facts") or None
+        if discovery_pending and facts is None and "vllm_omni_gpus" not in variables:
+            continue  # planned in the second pass, with what discovery finds
         gpus, gpu_source, skipped = _host_gpus(host, variables, facts, settings, engine, problems)
         wanted, wanted_source = _host_value(host, variables, "vllm_omni_pipelines_per_host", problems)
         if gpus is None or wanted is None:
@@ -651,6 +655,7 @@ def build_plan(inventory: dict) -> dict:
         for host, ranges in service.get("listen_ports", {}).items():
             if host in plan["hosts"]:
                 plan["hosts"][host]["listen_ports"].extend(ranges)
+    plan["reserved_ports"] = {host: _port_list(ranges) for host, ranges in sorted(_all_listen_ports(plan).items())}
     ephemeral = sorted({f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
                         for ranges in _all_listen_ports(plan).values() for r in ranges
                         if r["first"] <= EPHEMERAL_PORTS[1] and r["last"] >= EPHEMERAL_PORTS[0]})
@@ -676,6 +681,10 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
     worker_urls: list[str] = []
     for host in engine_hosts:
         ip = ips[host]
+        if host not in host_plans:  # GPU discovery pending (first pass)
+            hosts[host] = {"ip": ip, "gpus": [], "gpu_source": "pending discovery", "gpus_per_pipeline": per_pipeline,
+                           "unused_gpus": [], "pipelines": [], "listen_ports": [], "settings": {}}
+            continue
         gpus, count = host_plans[host]["gpus"], host_plans[host]["count"]
         pipelines = []
         if layout == "pd":
@@ -752,14 +761,24 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         if unused:
             warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} usable, "
                             f"{per_pipeline} per {layout} pipeline)")
+    root = settings["vllm_omni_install_root"]
     return {
         "schema": PLAN_SCHEMA,
         "layout": layout,
+        "paths": {
+            "install_root": root,
+            "config_root": settings["vllm_omni_config_root"],
+            "hf_home": settings["vllm_omni_hf_home"],
+            "tools_venv": f"{root}/tools",  # uv, installed from the wheelhouse
+            "host_wheelhouse": "/var/cache/vllm-omni/wheelhouse",
+        },
+        "installer": {"uv": _engine_data.companions()["uv"]},
         "engine": {
             "vllm_omni_version": engine.version,
             "vllm_version": engine.vllm,
             "stage_config_schema": engine.schema,
             "config_flag": engine.config_flag,
+            "wheel_cuda_major": engine.wheel_cuda_major,
         },
         "backend": backend,
         "model": settings["vllm_omni_model"],
@@ -770,6 +789,17 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         "worker_urls": worker_urls,
         "warnings": warnings,
     }
+
+
+def _port_list(ranges: list[dict]) -> str:
+    """Port ranges as the kernel prints net.ipv4.ip_local_reserved_ports: sorted, merged, "a-b,c"."""
+    merged: list[list[int]] = []
+    for first, last in sorted((r["first"], r["last"]) for r in ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
 
 
 def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:

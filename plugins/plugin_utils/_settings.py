@@ -32,7 +32,7 @@ SECRET = "secret"  # noqa: S105 - a scope name: read by the roles on the hosts o
 
 # Names the collection itself sets as facts during a run; they appear in hostvars on a second
 # pass and are not user settings.
-COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts", "vllm_omni_preflight_report"})
+COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts"})
 
 # Removed or renamed settings: name -> message. Empty until a release renames something;
 # the check runs regardless so a rename never silently drops a user's value.

@@ -31,10 +31,10 @@ from conftest import OUTPUT, REPO, model_dir, run_checker
 from testlib import load_ansible_inventory
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._expect import expected_pd, expected_stages
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._stage_config import check_document, check_launch
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._stages import MODEL_STAGE
 
 INVENTORIES = {f"golden/{p.name}": p / "inventory" for p in sorted((REPO / "tests" / "golden").iterdir())
                if (p / "inventory").is_dir()}
@@ -69,12 +69,8 @@ def _pipelines(plan):
 
 
 def _expectations(plan: dict, pipeline: dict) -> tuple[list[dict], dict]:
-    stages = [{"id": s["id"], "model_stage": MODEL_STAGE[s["role"]], "devices": s["devices"],
-               "tensor_parallel_size": s["tensor_parallel_size"], "inputs": s["reads_from"]}
-              for s in pipeline["stages"]]
-    if plan["layout"] == "pd":
-        return stages, {"pair": [0, 1], "bootstrap": f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"}
-    return stages, {"pair": None}
+    """The same expectations the engine role hands config_check on a host."""
+    return expected_stages(pipeline), expected_pd(pipeline, plan)
 
 
 @pytest.fixture(scope="session")

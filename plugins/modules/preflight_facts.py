@@ -1,0 +1,143 @@
+#!/usr/bin/python
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: preflight_facts
+short_description: Read what a deployment needs to know about a host before changing it
+version_added: 0.1.0
+description:
+  - Reads, without changing anything, the host state the preflight checks judge; the judging
+    itself happens on the controller (M(vllm_omni.serve.preflight_report) filter) so it can be
+    unit-tested and shown in one table.
+  - Listening TCP sockets (with the process and, for this collection's own services, the systemd
+    unit that owns them), free disk below given paths, PID 1's locked-memory limit, clock
+    synchronisation, RDMA devices, the Python version, and the service manager.
+options:
+  paths:
+    description: Paths whose filesystems' free space to report (the nearest existing parent is used).
+    type: list
+    elements: path
+    default: []
+  rdma:
+    description: Also list RDMA devices (C(ibv_devices)).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+author:
+  - vllm_omni.serve contributors
+"""
+
+EXAMPLES = r"""
+- name: Preflight | read the host
+  vllm_omni.serve.preflight_facts:
+    paths: [/opt/vllm-omni, /var/lib/vllm-omni/hf]
+"""
+
+RETURN = r"""
+listening:
+  description: Listening TCP sockets, each C(address), C(port), C(process), C(pid), C(unit) (own unit or null).
+  type: list
+  elements: dict
+  returned: always
+disk:
+  description: Path to C({checked, free_bytes}).
+  type: dict
+  returned: always
+memlock_hard:
+  description: PID 1's hard RLIMIT_MEMLOCK in bytes, or C(unlimited).
+  type: str
+  returned: always
+clock_synchronized:
+  description: C(true), C(false), or null when C(timedatectl) cannot tell.
+  type: bool
+  returned: always
+rdma_devices:
+  description: RDMA device names from C(ibv_devices) (only with I(rdma)); null when the tool is missing.
+  type: list
+  elements: str
+  returned: always
+python_version:
+  description: The host's C(python3) version as major.minor.
+  type: str
+  returned: always
+"""
+
+import os
+import shutil
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_ss_listening
+
+LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
+
+
+def nearest_existing(path: str) -> str:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    return path or "/"
+
+
+def memlock_hard() -> str:
+    try:
+        with open("/proc/1/limits", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("Max locked memory"):
+                    return line.split()[4]
+    except OSError:
+        pass
+    return "unknown"
+
+
+def main():
+    module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "default": []},
+                                          "rdma": {"type": "bool", "default": False}},
+                           supports_check_mode=True)
+    ss = module.get_bin_path("ss", required=True)
+    rc, out, err = module.run_command([ss, "-H", "-l", "-t", "-n", "-p"], environ_update=LOCALE)
+    if rc != 0:
+        module.fail_json(msg=f"ss -ltnp failed: {err.strip()}", rc=rc)
+    listening = parse_ss_listening(out)
+    for socket in listening:
+        socket["unit"] = None
+        if socket["pid"]:
+            try:
+                with open(f"/proc/{socket['pid']}/cgroup", encoding="utf-8") as handle:
+                    socket["unit"] = owner_unit(handle.read())
+            except OSError:
+                pass
+    disk = {}
+    for path in module.params["paths"]:
+        checked = nearest_existing(path)
+        disk[path] = {"checked": checked, "free_bytes": shutil.disk_usage(checked).free}
+    clock = None
+    timedatectl = module.get_bin_path("timedatectl")
+    if timedatectl:
+        rc, out, _ = module.run_command([timedatectl, "show", "-p", "NTPSynchronized", "--value"],
+                                        environ_update=LOCALE)
+        if rc == 0 and out.strip() in ("yes", "no"):
+            clock = out.strip() == "yes"
+    rdma = None
+    if module.params["rdma"]:
+        ibv = module.get_bin_path("ibv_devices")
+        if ibv:
+            rc, out, _ = module.run_command([ibv], environ_update=LOCALE)
+            rdma = [line.split()[0] for line in out.splitlines()[2:] if line.strip()] if rc == 0 else []
+    rc, out, _ = module.run_command(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+    python = out.strip() if rc == 0 else f"{sys.version_info[0]}.{sys.version_info[1]}"
+    module.exit_json(changed=False, listening=listening, disk=disk, memlock_hard=memlock_hard(),
+                     clock_synchronized=clock, rdma_devices=rdma, python_version=python,
+                     systemd=os.path.isdir("/run/systemd/system"))
+
+
+if __name__ == "__main__":
+    main()

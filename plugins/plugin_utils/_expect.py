@@ -1,0 +1,21 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""What the engine must resolve from a pipeline's stage config, per the plan (for config_check)."""
+
+from __future__ import annotations
+
+from ._stages import MODEL_STAGE
+
+
+def expected_stages(pipeline: dict) -> list[dict]:
+    return [{"id": stage["id"], "model_stage": MODEL_STAGE[stage["role"]], "devices": stage["devices"],
+             "tensor_parallel_size": stage["tensor_parallel_size"], "inputs": stage["reads_from"]}
+            for stage in pipeline["stages"]]
+
+
+def expected_pd(pipeline: dict, plan: dict) -> dict:
+    if plan["layout"] != "pd":
+        return {"pair": None}
+    return {"pair": [0, 1], "bootstrap": f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"}

@@ -1,0 +1,167 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Judge a host against the plan before anything is changed on it. Pure: facts in, report out.
+
+Every check yields ``ok``, ``warn`` or ``fail`` with what was seen and, when not ok, the fix.
+"""
+
+from __future__ import annotations
+
+GIB = 1024 ** 3
+# Free space a venv needs (the engine venv is about 8-9 GB; the simulator's well under 1 GB).
+VENV_GIB = {"engine": 20, "simulator": 1}
+# Qwen3-Omni-30B-A3B in bf16 is about 70 GB on disk.
+MODEL_GIB = 80
+ANY_ADDRESS = {"0.0.0.0", "::", "*", ""}  # noqa: S104 - matching sockets that listen everywhere
+
+
+def _check(name: str, status: str, detail: str, fix: str = "") -> dict:
+    return {"check": name, "status": status, "detail": detail, "fix": fix}
+
+
+def _services_on(plan: dict, host: str) -> list[dict]:
+    """Every port range the plan puts on ``host``, with what it is for."""
+    ranges = list(plan["hosts"].get(host, {}).get("listen_ports", []))
+    for service in (plan["router"], plan["mooncake_master"]):
+        if host not in plan["hosts"]:
+            ranges += service.get("listen_ports", {}).get(host, [])
+    return ranges
+
+
+def _address_of(plan: dict, host: str) -> str | None:
+    if host in plan["hosts"]:
+        return plan["hosts"][host]["ip"]
+    for service in (plan["router"], plan["mooncake_master"]):
+        if host in service.get("per_host", {}):
+            return service["per_host"][host]["ip"]
+    return None
+
+
+def _ports(plan: dict, host: str, listening: list[dict]) -> list[dict]:
+    ip = _address_of(plan, host)
+    foreign = [s for s in listening if not s.get("unit")]
+    checks = []
+    for planned in _services_on(plan, host):
+        label = f"{planned.get('service', '?')} {planned['purpose']}"
+        first, last = planned["first"], planned["last"]
+        if planned["purpose"] == "mooncake_rpc":
+            # The transfer engine picks free ports inside its range: a few taken ones are fine.
+            taken = sorted({s["port"] for s in foreign if first <= s["port"] <= last})
+            size = last - first + 1
+            if taken:
+                status = "fail" if len(taken) * 2 > size else "warn"
+                checks.append(_check(f"ports {label}", status,
+                                     f"{len(taken)} of {size} ports in {first}-{last} are taken by other processes",
+                                     "free them or move vllm_omni_mooncake_rpc_port_range"))
+            continue
+        clashes = [s for s in foreign if s["port"] == first and (s["address"] in ANY_ADDRESS or s["address"] == ip)]
+        if clashes:
+            who = ", ".join(f"{s['process'] or '?'} (pid {s['pid']}) on {s['address'] or '*'}" for s in clashes)
+            checks.append(_check(f"port {first} ({label})", "fail", f"already in use by {who}",
+                                 "stop that process, or move the port in the inventory (docs/variables.md)"))
+    if not checks:
+        count = len(_services_on(plan, host))
+        checks.append(_check("ports", "ok", f"all {count} planned port ranges are free on {ip}"))
+    return checks
+
+
+def _disk(plan: dict, disk: dict, backend: str) -> list[dict]:
+    checks = []
+    wants = [(plan["paths"]["install_root"], VENV_GIB[backend], "venvs")]
+    if backend == "engine":
+        wants.append((plan["paths"]["hf_home"], MODEL_GIB, "model cache (HF_HOME)"))
+    for path, gib, what in wants:
+        seen = disk.get(path)
+        if seen is None:
+            checks.append(_check(f"disk {what}", "warn", f"{path} was not measured"))
+            continue
+        free = seen["free_bytes"] / GIB
+        if free < gib:
+            checks.append(_check(f"disk {what}", "fail", f"{free:.1f} GiB free under {seen['checked']}, need {gib} GiB",
+                                 f"free space on the filesystem of {path}, or move vllm_omni_install_root / "
+                                 "vllm_omni_hf_home"))
+        else:
+            checks.append(_check(f"disk {what}", "ok", f"{free:.1f} GiB free under {seen['checked']} (need {gib})"))
+    return checks
+
+
+def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict:
+    """The preflight report of one host."""
+    backend = plan["backend"]["name"]
+    engine_host = host in plan["hosts"]
+    checks = []
+    checks.append(_check("systemd", "ok" if facts.get("systemd") else "fail",
+                         "systemd is PID 1" if facts.get("systemd") else "this host does not run systemd",
+                         "" if facts.get("systemd") else "the collection runs every service as a systemd unit"))
+    python = tuple(int(p) for p in str(facts.get("python_version", "0.0")).split(".")[:2])
+    if engine_host and backend == "engine" and not (3, 10) <= python < (3, 14):
+        checks.append(_check("python", "fail", f"python3 is {facts.get('python_version')}",
+                             "vLLM-Omni needs Python 3.10-3.13: install one as /usr/bin/python3"))
+    elif python < (3, 10):
+        checks.append(_check("python", "fail", f"python3 is {facts.get('python_version')}", "install Python 3.10 or newer"))
+    else:
+        checks.append(_check("python", "ok", f"python3 {facts.get('python_version')}"))
+    if engine_host:
+        wheel = plan["engine"]
+        if gpu_facts:
+            gpus = plan["hosts"][host]["gpus"]
+            checks.append(_check("nvidia driver", "ok",
+                                 f"driver {gpu_facts.get('driver_version')}, CUDA {gpu_facts.get('cuda_version')}, "
+                                 f"{gpu_facts.get('count')} GPU(s); plan uses {gpus} "
+                                 f"({plan['hosts'][host]['gpu_source']})"))
+        elif backend == "engine":
+            checks.append(_check("nvidia driver", "fail", "nvidia-smi is not installed",
+                                 f"install the NVIDIA driver (vLLM-Omni {wheel['vllm_omni_version']}'s wheels need one "
+                                 f"showing CUDA {wheel['wheel_cuda_major']} or newer), or use "
+                                 "vllm_omni_engine_backend: simulator on CPU-only hosts"))
+        else:
+            checks.append(_check("nvidia driver", "ok", "no nvidia-smi; fine for the simulator backend"))
+        checks += _disk(plan, facts.get("disk", {}), backend)
+    memlock = str(facts.get("memlock_hard", "unknown"))
+    if memlock == "unlimited":
+        checks.append(_check("memlock", "ok", "PID 1's locked-memory limit is unlimited"))
+    else:
+        checks.append(_check("memlock", "warn", f"PID 1's hard locked-memory limit is {memlock}",
+                             "units set LimitMEMLOCK=infinity; systemd can raise it only outside containers "
+                             "(RDMA registration fails without it)"))
+    checks += _ports(plan, host, facts.get("listening", []))
+    protocol = plan["settings"]["vllm_omni_mooncake_protocol"]["value"]
+    if engine_host and plan["layout"] == "pd" and protocol == "rdma":
+        devices = facts.get("rdma_devices")
+        wanted = plan["settings"]["vllm_omni_mooncake_rdma_devices"]["value"]
+        if devices is None:
+            checks.append(_check("rdma", "warn", "ibv_devices is not installed yet (the mooncake role installs it)",
+                                 "re-run preflight after the mooncake role to list the devices"))
+        elif not devices:
+            checks.append(_check("rdma", "fail", "protocol rdma but ibv_devices lists no RDMA device",
+                                 "Mooncake would silently fall back to TCP: fix the NIC driver, or set "
+                                 "vllm_omni_mooncake_protocol: tcp"))
+        elif set(wanted) - set(devices):
+            checks.append(_check("rdma", "fail", f"devices {sorted(set(wanted) - set(devices))} are missing "
+                                 f"(ibv_devices lists {devices})", "fix vllm_omni_mooncake_rdma_devices"))
+        else:
+            checks.append(_check("rdma", "ok", f"RDMA devices {devices}"))
+    clock = facts.get("clock_synchronized")
+    checks.append(_check("clock", "ok" if clock else "warn",
+                         {True: "clock synchronised (NTP)", False: "clock NOT synchronised",
+                          None: "clock synchronisation unknown (no timedatectl)"}[clock],
+                         "" if clock else "enable systemd-timesyncd or chrony: logs and metrics across hosts need it"))
+    status = "fail" if any(c["status"] == "fail" for c in checks) else (
+        "warn" if any(c["status"] == "warn" for c in checks) else "ok")
+    return {"host": host, "status": status, "checks": checks}
+
+
+def summary_table(reports: list[dict]) -> list[str]:
+    """One line per host, then one line per problem with its fix."""
+    lines = []
+    for report in reports:
+        counts = {s: sum(1 for c in report["checks"] if c["status"] == s) for s in ("ok", "warn", "fail")}
+        lines.append(f"{report['host']:<24} {report['status'].upper():<5} ok={counts['ok']} warn={counts['warn']} "
+                     f"fail={counts['fail']}")
+        for check in report["checks"]:
+            if check["status"] != "ok":
+                lines.append(f"  {check['status'].upper()} {check['check']}: {check['detail']}"
+                             + (f" -> {check['fix']}" if check["fix"] else ""))
+    return lines

@@ -1,0 +1,40 @@
+# Build $PYTHON_VENV_PATH.new, install the pinned packages, verify every pin, then swap it in, so a
+# failed install never leaves a half-built venv where a working one was.
+set -euo pipefail
+new="$PYTHON_VENV_PATH.new"
+rm -rf "$new"
+read -r -a packages <<< "$PYTHON_VENV_PACKAGES"
+index=()
+if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then index=(--no-index --find-links "$PYTHON_VENV_FIND_LINKS"); fi
+if [ "$PYTHON_VENV_INSTALLER" = uv ]; then
+  # Relocatable: entry points find their interpreter relative to themselves, so the rename below is safe.
+  "$PYTHON_VENV_UV" venv --quiet --relocatable --python "$PYTHON_VENV_PYTHON" "$new"
+  "$PYTHON_VENV_UV" pip install --quiet --no-cache --python "$new/bin/python" "${index[@]}" "${packages[@]}"
+else
+  # pip venvs are not relocatable: build in place (the old venv is gone while this runs).
+  new="$PYTHON_VENV_PATH"
+  rm -rf "$new"
+  "$PYTHON_VENV_PYTHON" -m venv "$new"
+  "$new/bin/python" -m pip install --quiet --disable-pip-version-check "${index[@]}" "${packages[@]}"
+fi
+"$new/bin/python" - "${packages[@]}" <<'PY'
+import importlib.metadata, sys
+wrong = []
+for pin in sys.argv[1:]:
+    name, _, version = pin.partition("==")
+    try:
+        found = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    if found != version:
+        wrong.append(f"{name}: wanted {version}, found {found}")
+if wrong:
+    sys.exit("pinned packages not installed as pinned: " + "; ".join(wrong))
+PY
+printf '%s\n' "$PYTHON_VENV_MARKER" > "$new/.vllm-omni-serve.json"
+if [ "$new" != "$PYTHON_VENV_PATH" ]; then
+  rm -rf "$PYTHON_VENV_PATH.old"
+  if [ -e "$PYTHON_VENV_PATH" ]; then mv "$PYTHON_VENV_PATH" "$PYTHON_VENV_PATH.old"; fi
+  mv "$new" "$PYTHON_VENV_PATH"
+  rm -rf "$PYTHON_VENV_PATH.old"
+fi

@@ -19,19 +19,30 @@ def owner_unit(cgroup_text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def parse_ss_listening(text: str) -> list[dict]:
-    """``ss -H -l -t -n -p`` lines -> [{address, port, process, pid}]."""
+def _ipv4(hex_address: str) -> str:
+    return ".".join(str(int(hex_address[i:i + 2], 16)) for i in (6, 4, 2, 0))
+
+
+def _ipv6(hex_address: str) -> str:
+    # Four 32-bit words, each in host (little-endian) byte order.
+    raw = b"".join(bytes.fromhex(hex_address[i:i + 8])[::-1] for i in range(0, 32, 8))
+    words = [f"{int.from_bytes(raw[i:i + 2], 'big'):x}" for i in range(0, 16, 2)]
+    text = ":".join(words)
+    if raw[:12] == bytes(10) + b"\xff\xff":
+        return ".".join(str(b) for b in raw[12:])  # IPv4-mapped
+    return "::" if raw == bytes(16) else text
+
+
+def parse_proc_net_tcp(text: str, ipv6: bool = False) -> list[dict]:
+    """Listening sockets of /proc/net/tcp or tcp6 -> [{address, port, inode}] (no ss/iproute2 needed)."""
     sockets = []
-    for line in text.splitlines():
+    for line in text.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 5 or fields[0] != "LISTEN":
+        if len(fields) < 10 or fields[3] != "0A":  # 0A = TCP_LISTEN
             continue
-        address, _, port = fields[3].rpartition(":")
-        if not port.isdigit():
-            continue
-        address = address.strip("[]").split("%")[0]
-        process = PROCESS.search(line)
-        sockets.append({"address": address, "port": int(port),
-                        "process": process.group(1) if process else None,
-                        "pid": int(process.group(2)) if process else None})
+        hex_address, _, hex_port = fields[1].partition(":")
+        address = _ipv6(hex_address) if ipv6 else _ipv4(hex_address)
+        if address in ("0.0.0.0", "::"):  # noqa: S104 - describing a socket, not binding one
+            address = "0.0.0.0" if not ipv6 else "::"  # noqa: S104
+        sockets.append({"address": address, "port": int(hex_port, 16), "inode": int(fields[9])})
     return sockets

@@ -12,8 +12,8 @@ description:
   - Reads, without changing anything, the host state the preflight checks judge; the judging
     itself happens on the controller (M(vllm_omni.serve.preflight_report) filter) so it can be
     unit-tested and shown in one table.
-  - Listening TCP sockets (with the process and, for this collection's own services, the systemd
-    unit that owns them), free disk below given paths, PID 1's locked-memory limit, clock
+  - Listening TCP sockets, read from C(/proc/net/tcp*) (no C(ss) needed), with the process and, for this
+    collection's own services, the systemd unit that owns them; free disk below given paths, PID 1's locked-memory limit, clock
     synchronisation, RDMA devices, the Python version, and the service manager.
 options:
   paths:
@@ -76,7 +76,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_ss_listening
+from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_proc_net_tcp
 
 LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
 
@@ -85,6 +85,41 @@ def nearest_existing(path: str) -> str:
     while path and not os.path.exists(path):
         path = os.path.dirname(path) or "/"
     return path or "/"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def listening_sockets() -> list[dict]:
+    """Listening TCP sockets from /proc (no ss needed), with the owning process and our unit, if any."""
+    sockets = parse_proc_net_tcp(_read("/proc/net/tcp")) + parse_proc_net_tcp(_read("/proc/net/tcp6"), ipv6=True)
+    wanted = {socket["inode"]: socket for socket in sockets}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            descriptors = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{descriptor}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and int(target[8:-1]) in wanted:
+                socket = wanted[int(target[8:-1])]
+                socket.setdefault("pid", int(entry))
+    for socket in sockets:
+        pid = socket.setdefault("pid", None)
+        socket["process"] = _read(f"/proc/{pid}/comm").strip() or None if pid else None
+        socket["unit"] = owner_unit(_read(f"/proc/{pid}/cgroup")) if pid else None
+        del socket["inode"]
+    return sockets
 
 
 def memlock_hard() -> str:
@@ -102,19 +137,7 @@ def main():
     module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "default": []},
                                           "rdma": {"type": "bool", "default": False}},
                            supports_check_mode=True)
-    ss = module.get_bin_path("ss", required=True)
-    rc, out, err = module.run_command([ss, "-H", "-l", "-t", "-n", "-p"], environ_update=LOCALE)
-    if rc != 0:
-        module.fail_json(msg=f"ss -ltnp failed: {err.strip()}", rc=rc)
-    listening = parse_ss_listening(out)
-    for socket in listening:
-        socket["unit"] = None
-        if socket["pid"]:
-            try:
-                with open(f"/proc/{socket['pid']}/cgroup", encoding="utf-8") as handle:
-                    socket["unit"] = owner_unit(handle.read())
-            except OSError:
-                pass
+    listening = listening_sockets()
     disk = {}
     for path in module.params["paths"]:
         checked = nearest_existing(path)

@@ -603,10 +603,18 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
             continue
         fits = len(gpus) // per_pipeline
         if fits == 0:
-            problems.add(_host_where(host), "vllm_omni_gpus",
-                         f"lists {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} {show(gpus)}, but one {layout} pipeline "
-                         f"needs {per_pipeline} ({_gpu_formula(layout, tp)})",
-                         f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
+            plural = "s" if len(gpus) != 1 else ""
+            if gpu_source == "discovered":
+                busy = "; ".join(f"GPU {g} busy: {why}" for g, why in skipped.items())
+                problems.add(_host_where(host), "GPUs",
+                             f"discovery found {len(gpus)} free GPU{plural} {show(gpus)}{f' ({busy})' if busy else ''}, "
+                             f"but one {layout} pipeline needs {per_pipeline} ({_gpu_formula(layout, tp)})",
+                             "free the busy GPUs, use a host with more GPUs, or lower vllm_omni_tensor_parallel_size")
+            else:
+                problems.add(_host_where(host), "vllm_omni_gpus",
+                             f"lists {len(gpus)} GPU{plural} {show(gpus)}, but one {layout} pipeline "
+                             f"needs {per_pipeline} ({_gpu_formula(layout, tp)})",
+                             f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
             continue
         count = fits if wanted == "auto" else wanted
         if count > fits:

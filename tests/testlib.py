@@ -14,10 +14,11 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_ansible_inventory(path: Path, extra_vars: dict | None = None) -> dict:
-    """Planner input from an inventory file/dir, through Ansible's own HostVars (as playbooks see it)."""
+def load_ansible_inventory(path: Path | list, extra_vars: dict | None = None) -> dict:
+    """Planner input from inventory sources, through Ansible's own HostVars (as playbooks see it)."""
     loader = DataLoader()
-    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    sources = [str(p) for p in path] if isinstance(path, list) else [str(path)]
+    inventory = InventoryManager(loader=loader, sources=sources)
     variables = VariableManager(loader=loader, inventory=inventory)
     if extra_vars:
         variables._extra_vars = extra_vars

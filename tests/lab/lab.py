@@ -6,6 +6,7 @@
     lab.py status             one line per machine
     lab.py check-clean        exit 1 (and say what) if anything of the lab is left on this machine
     lab.py exec HOST -- CMD   run CMD inside a machine (nsenter; no SSH needed)
+    lab.py instances          molecule's instance config for the running machines (JSON)
 
 Each machine boots systemd as PID 1 in its own network namespace (veth ``vb-lab-N`` on bridge
 ``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1), with sshd, python3, sudo, an
@@ -373,6 +374,17 @@ def check_clean() -> list[str]:
     return leftovers
 
 
+def instances() -> list[dict]:
+    """Molecule's delegated-driver instance config for the running machines."""
+    found = []
+    for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
+        if nspawn_pid(base.name):
+            index = int(base.name.split("-")[1])
+            found.append({"instance": base.name, "address": host_ip(index), "user": "deploy", "port": 22,
+                          "identity_file": str(KEY), "become_method": "sudo"})
+    return found
+
+
 def status() -> None:
     for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
         name = base.name
@@ -395,6 +407,7 @@ def main() -> int:
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("check-clean")
+    sub.add_parser("instances", help="molecule instance config of the running machines, as JSON")
     exec_parser = sub.add_parser("exec")
     exec_parser.add_argument("host")
     exec_parser.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -412,6 +425,8 @@ def main() -> int:
         for item in leftovers:
             print(f"lab: left behind: {item}")
         return 1 if leftovers else 0
+    elif args.command == "instances":
+        print(json.dumps(instances()))
     elif args.command == "exec":
         command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
         return exec_in(args.host, command)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_proc_net_tcp
 
+# /proc/net/tcp* lines as the kernel prints them (long on purpose).
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0B4D4D0A:1F9B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
    1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 17 1 0000000000000000 100 0 0 10 0
@@ -17,7 +18,7 @@ TCP6 = """  sl  local_address                         remote_address            
 
 def test_ipv4_listeners_only():
     assert parse_proc_net_tcp(TCP) == [{"address": "10.77.77.11", "port": 8091, "inode": 4242},
-                                       {"address": "0.0.0.0", "port": 22, "inode": 17}]  # noqa: S104
+                                       {"address": "0.0.0.0", "port": 22, "inode": 17}]
 
 
 def test_ipv6_any_and_mapped_addresses():

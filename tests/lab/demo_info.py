@@ -1,0 +1,17 @@
+#!/usr/bin/env python3
+"""Print the demo's router URL and served model name, from the plan of the lab + demo inventories."""
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / ".collection")]
+
+from testlib import load_ansible_inventory
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+
+plan = build_plan(load_ansible_inventory([REPO / "inventories/lab/hosts.yml", REPO / "tests/lab/demo/hosts.yml"]),
+                  discovery_pending=True)
+router = plan["router"]["per_host"][plan["router"]["hosts"][0]]["url"]
+print(router, plan["served_model_name"])

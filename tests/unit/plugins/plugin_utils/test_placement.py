@@ -61,7 +61,7 @@ def test_aggregated_on_the_real_h200x2_capture():
 
 def test_the_real_h200x2_capture_cannot_hold_a_pd_pipeline():
     lines = problems_of(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpu_facts": facts("h200x2")}}))
-    assert any("lists 2 GPUs [0, 1], but one pd pipeline needs 3" in line for line in lines)
+    assert any("discovery found 2 free GPUs [0, 1], but one pd pipeline needs 3" in line for line in lines)
 
 
 BUSY_APP = "4242, {uuid}, python3, 30000\n"

@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: help tools lab lab-down demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root); make demo-down"
@@ -26,7 +26,7 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-test: tools lint unit conformance molecule
+test: tools lint unit conformance molecule lab-test
 
 lint: tools
 	ruff check .
@@ -83,6 +83,10 @@ demo: tools
 
 demo-down: tools
 	python tests/lab/lab.py down
+
+# Deploys to lab machines beyond molecule: check mode, restarts, removal, uninstall, real-engine install.
+lab-test: tools
+	python -m pytest -p no:cacheprovider -o testpaths=tests/lab tests/lab
 
 # Molecule scenarios on the lab (delegated driver): default (1 host) and multihost (3 hosts).
 molecule: tools

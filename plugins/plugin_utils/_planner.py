@@ -429,15 +429,22 @@ def _check_ports(host: str, ranges: list, problems: _Problems, count: int = 0) -
 
 def _check_mooncake_slices(host: str, count: int, settings: dict, problems: _Problems) -> bool:
     low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-    per_pipeline = (high - low + 1) // count
+    size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
     needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
-    if per_pipeline < needed:
+    ok = True
+    if size < needed:
+        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                     f"is {size}; a pipeline at TP {settings['vllm_omni_tensor_parallel_size']} needs {needed} "
+                     "(2 listeners per prefill/decode GPU worker, doubled for restarts)",
+                     f"set it to at least {needed}")
+        ok = False
+    if count * size > high - low + 1:
         problems.add(_host_where(host), "vllm_omni_mooncake_rpc_port_range",
-                     f"[{low}, {high}] leaves each of the {count} pipelines {per_pipeline} ports; each needs "
-                     f"{needed} (2 listeners per prefill/decode GPU worker, doubled for restarts)",
-                     f"widen it to at least {needed * count} ports, e.g. [{low}, {low + needed * count - 1}]")
-        return False
-    return True
+                     f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host runs "
+                     f"{count} pipelines",
+                     f"widen it to at least {count * size} ports, e.g. [{low}, {low + count * size - 1}]")
+        ok = False
+    return ok
 
 
 # --- pipelines ----------------------------------------------------------------------------------
@@ -696,8 +703,8 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         gpus, count = host_plans[host]["gpus"], host_plans[host]["count"]
         pipelines = []
         if layout == "pd":
-            low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-            slice_size = (high - low + 1) // count
+            low = settings["vllm_omni_mooncake_rpc_port_range"][0]
+            slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
         placements = _placement.place(gpus, count, tp, layout, host_plans[host]["facts"])
         for index in range(count):
             name = f"{prefix}{index}"

@@ -328,9 +328,14 @@ SETTINGS: tuple[Setting, ...] = (
             "pipeline i uses base + i.",
             lambda v, n: check_int(v, n, 1024, 65535)),
     Setting("vllm_omni_mooncake_rpc_port_range", DEPLOYMENT, [16000, 16999], "[first, last]",
-            "Ports Mooncake's transfer engine may listen on (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT); split "
-            "evenly between a host's pipelines. Open it between hosts.",
+            "Ports Mooncake's transfer engine may listen on; pipeline i of a host gets the i-th slice "
+            "(MC_MIN_RPC_PORT..MC_MAX_RPC_PORT). Open it between hosts.",
             check_port_range),
+    Setting("vllm_omni_mooncake_rpc_ports_per_pipeline", DEPLOYMENT, 64, "int",
+            "Size of each pipeline's slice of the Mooncake range. Fixed, so adding or removing a pipeline never "
+            "moves (and restarts) the others; needs at least 8 per thinker GPU (2 listeners per prefill/decode "
+            "worker, doubled).",
+            lambda v, n: check_int(v, n, 8, 8192)),
     Setting("vllm_omni_mooncake_protocol", DEPLOYMENT, "tcp", "`tcp` or `rdma`",
             "Mooncake transport for the prefill-to-decode KV transfer.",
             lambda v, n: check_choice(v, n, ("tcp", "rdma"))),
@@ -420,6 +425,9 @@ SETTINGS: tuple[Setting, ...] = (
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",
             lambda v, n: check_str(v, n, r"[A-Za-z0-9._/~-]+", "a directory path", "/srv/vllm-omni-render"),
             default_doc="required by render.yml"),
+    Setting("vllm_omni_uninstall_purge_models", PLAYBOOK, False, "bool",
+            "playbooks/uninstall.yml: also remove the model cache (HF_HOME) and the service users' homes.",
+            check_bool),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

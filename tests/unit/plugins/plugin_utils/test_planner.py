@@ -126,7 +126,8 @@ def test_engine_ids_are_unique_across_the_deployment():
 
 def test_ports_and_mooncake_slices_per_pipeline():
     plan = build_plan(one_host(gpus=range(9), vllm_omni_api_port_base=9100, vllm_omni_bootstrap_port_base=9200,
-                               vllm_omni_mooncake_rpc_port_range=[20000, 20299]))
+                               vllm_omni_mooncake_rpc_port_range=[20000, 20299],
+                               vllm_omni_mooncake_rpc_ports_per_pipeline=100))
     ports = [p["ports"] for p in pipelines(plan)]
     assert ports == [
         {"api": 9100, "bootstrap": 9200, "mooncake_rpc": [20000, 20099]},
@@ -136,6 +137,13 @@ def test_ports_and_mooncake_slices_per_pipeline():
     env = pipelines(plan)[2]["environment"]
     assert (env["MC_MIN_RPC_PORT"], env["MC_MAX_RPC_PORT"]) == ("20200", "20299")
     assert pipelines(plan)[2]["url"] == "http://10.0.0.11:9102"
+
+
+def test_a_pipelines_ports_do_not_move_when_another_pipeline_is_added_or_removed():
+    two = build_plan(one_host(gpus=range(6)))
+    one = build_plan(one_host(gpus=range(6), vllm_omni_pipelines_per_host=1))
+    assert pipelines(one)[0]["environment"] == pipelines(two)[0]["environment"]
+    assert pipelines(one)[0]["stage_config"] == pipelines(two)[0]["stage_config"]
 
 
 def test_rdma_protocol_names_devices_and_drops_the_tcp_pool():
@@ -316,8 +324,13 @@ def test_port_ranges_that_collide_are_named():
 
 
 def test_mooncake_range_too_small_for_the_pipelines_says_how_wide():
-    expect(one_host(gpus=range(6), vllm_omni_mooncake_rpc_port_range=[16000, 16010]),
-           "leaves each of the 2 pipelines 5 ports; each needs 8", "widen it to at least 16 ports")
+    expect(one_host(gpus=range(6), vllm_omni_mooncake_rpc_port_range=[16000, 16100]),
+           "holds 1 slices of 64 ports, but this host runs 2 pipelines", "widen it to at least 128 ports")
+
+
+def test_mooncake_slice_too_small_for_the_tensor_parallel_size():
+    expect(one_host(gpus=range(9), vllm_omni_tensor_parallel_size=4, vllm_omni_mooncake_rpc_ports_per_pipeline=16),
+           "a pipeline at TP 4 needs 32")
 
 
 def test_loopback_address_is_refused_when_peers_must_reach_it():

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: status_document
+short_description: The deployment's status as one document, from what status.yml observed
+version_added: 0.1.0
+description:
+  - Per pipeline its unit state, health, GPUs, ports and router membership, compared with the plan;
+    C(ok) is true only when every pipeline is active, healthy and a healthy router member, and the
+    router lists no worker the plan does not have.
+options:
+  _input:
+    description: The plan.
+    type: dict
+    required: true
+  units:
+    description: host -> unit -> systemd properties (C(ActiveState), C(SubState), C(MainPID), C(ActiveEnterTimestamp)).
+    type: dict
+    required: true
+  health:
+    description: pipeline URL -> HTTP status of C(/health), or null.
+    type: dict
+    required: true
+  router:
+    description: router host -> C(health) and C(workers) (the router's C(/workers) list).
+    type: dict
+    required: true
+seealso:
+  - plugin: vllm_omni.serve.status_table
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Status | document
+  ansible.builtin.set_fact:
+    status: "{{ vllm_omni_plan | vllm_omni.serve.status_document(units, health, router) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C(ok), C(backend), C(stand_in), C(pipelines), C(routers), C(router_members_not_in_plan).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+
+
+def status_document(plan, units, health, router):
+    if not isinstance(plan, dict) or "hosts" not in plan:
+        raise AnsibleFilterError("status_document expects the plan as input")
+    return _status.status_document(plain(plan), plain(units), plain(health), plain(router))
+
+
+def status_table(document):
+    if not isinstance(document, dict) or "pipelines" not in document:
+        raise AnsibleFilterError("status_table expects a status_document")
+    return _status.status_table(plain(document))
+
+
+class FilterModule:
+    def filters(self):
+        return {"status_document": status_document, "status_table": status_table}

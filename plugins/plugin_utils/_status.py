@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""status.yml: what runs, against what the plan says should run. Pure: observations in, document out."""
+
+from __future__ import annotations
+
+
+def status_document(plan: dict, units: dict, health: dict, router: dict) -> dict:
+    """One JSON document: per pipeline its unit state, health, GPUs, ports and router membership.
+
+    ``units``: {host: {unit: {ActiveState, SubState, MainPID, ActiveEnterTimestamp}}};
+    ``health``: {url: HTTP status or None}; ``router``: {host: {"health": status, "workers": [...]}}.
+    """
+    health = {url: (code if isinstance(code, int) and code > 0 else None) for url, code in health.items()}
+    members: dict[str, list[str]] = {}
+    for host, seen in router.items():
+        for worker in seen.get("workers") or []:
+            members.setdefault(worker["url"], []).append(f"{host}:{'healthy' if worker.get('is_healthy') else 'unhealthy'}")
+    pipelines = []
+    for host, host_plan in plan["hosts"].items():
+        for pipeline in host_plan["pipelines"]:
+            unit = units.get(host, {}).get(pipeline["unit"], {})
+            ok = (unit.get("ActiveState") == "active" and health.get(pipeline["url"]) == 200
+                  and bool(members.get(pipeline["url"])) and all(m.endswith(":healthy") for m in members[pipeline["url"]]))
+            pipelines.append({
+                "host": host,
+                "pipeline": pipeline["name"],
+                "unit": pipeline["unit"],
+                "state": f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}",
+                "since": unit.get("ActiveEnterTimestamp") or None,
+                "pid": int(unit["MainPID"]) if str(unit.get("MainPID", "0")).isdigit() and int(unit["MainPID"]) else None,
+                "health": health.get(pipeline["url"]),
+                "gpus": pipeline["gpus"],
+                "ports": pipeline["ports"],
+                "url": pipeline["url"],
+                "router": members.get(pipeline["url"], []),
+                "ok": ok,
+            })
+    stale = sorted(url for url in members if url not in plan["worker_urls"])
+    routers = [{"host": host, "url": plan["router"]["per_host"][host]["url"], "health": seen.get("health"),
+                "workers": len(seen.get("workers") or [])} for host, seen in router.items()]
+    healthy = all(p["ok"] for p in pipelines) and all(r["health"] == 200 for r in routers) and not stale
+    return {"ok": healthy, "backend": plan["backend"]["name"], "stand_in": plan["backend"]["stand_in"],
+            "pipelines": pipelines, "routers": routers, "router_members_not_in_plan": stale}
+
+
+def status_table(document: dict) -> list[str]:
+    header = f"{'HOST':<16} {'PIPELINE':<10} {'STATE':<18} {'HEALTH':<6} {'GPUS':<12} {'API':<6} ROUTER"
+    lines = [header]
+    for p in document["pipelines"]:
+        lines.append(f"{p['host']:<16} {p['pipeline']:<10} {p['state']:<18} {p['health'] or '-'!s:<6} "
+                     f"{','.join(map(str, p['gpus'])):<12} {p['ports']['api']:<6} {' '.join(p['router']) or 'NOT IN ROUTER'}"
+                     + ("" if p["ok"] else "   <- check"))
+    for r in document["routers"]:
+        lines.append(f"router {r['url']}: health {r['health'] or '-'}, {r['workers']} worker(s)")
+    if document["router_members_not_in_plan"]:
+        lines.append(f"router lists workers the plan does not have: {', '.join(document['router_members_not_in_plan'])}")
+    lines.append(("OK" if document["ok"] else "NOT OK") + (" (SIMULATOR backend)" if document["stand_in"] else ""))
+    return lines

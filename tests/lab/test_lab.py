@@ -1,0 +1,194 @@
+"""Deploys to real systemd hosts in the local lab (systemd-nspawn), beyond the molecule scenarios.
+
+`make lab-test` (part of `make test`; needs root). Each test states what it proves:
+* the lab itself: `up` is idempotent, `down` leaves nothing behind;
+* `--check --diff` on a fresh host shows the diffs and changes nothing;
+* changing one pipeline restarts only that pipeline (unit start timestamps), removing one stops it,
+  deletes its files and updates the router without touching the other engines;
+* the real-engine backend installs from the controller wheelhouse on a GPU-less lab host, and the
+  on-host config check (the installed vLLM-Omni) accepts every stage config before it goes live;
+* mooncake_master from the non-CUDA wheel runs for real and answers /health;
+* uninstall removes units, configs, venvs and users and keeps the model cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
+LAB_INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+KEY = "lab-test-key-0123456789abcdef0123"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
+
+
+def lab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAB, *args], capture_output=True, text=True, check=True)
+
+
+def on(host: str, command: str) -> str:
+    result = subprocess.run([*LAB, "exec", host, "--", "sh", "-c", command], capture_output=True, text=True, check=False)
+    return result.stdout
+
+
+def put(host: str, path: str, text: str) -> None:
+    subprocess.run([*LAB, "exec", host, "--", "sh", "-c", f"cat > {path}"], input=text, text=True, check=True)
+
+
+def scenario(tmp_path: Path, groups: dict, group_vars: dict) -> Path:
+    directory = tmp_path / "inventory"
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(yaml.safe_dump(groups))
+    (directory / "group_vars" / "all.yml").write_text(yaml.safe_dump({"vllm_omni_api_key": KEY, **group_vars}))
+    return directory
+
+
+def playbook(name: str, inventory: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    result = subprocess.run(["ansible-playbook", f"playbooks/{name}", "-i", str(LAB_INVENTORY), "-i", str(inventory),
+                             *extra], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    if check:
+        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    return result
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    hosts = {}
+    for line in output.split("PLAY RECAP")[-1].splitlines():
+        parts = line.split(":")
+        if len(parts) == 2 and "ok=" in parts[1]:
+            hosts[parts[0].strip()] = {k: int(v) for k, v in (f.split("=") for f in parts[1].split())}
+    return hosts
+
+
+def started_at(host: str, unit: str) -> str:
+    return on(host, f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}").strip()
+
+
+@pytest.fixture(scope="module")
+def one_host():
+    lab("up", "--hosts", "1")  # no GPU stand-in: GPUs come from vllm_omni_gpus, in ascending order
+    yield "lab-1"
+    lab("down")
+
+
+def test_lab_up_is_idempotent_and_down_leaves_nothing():
+    lab("up", "--hosts", "1")
+    again = lab("up", "--hosts", "1")
+    assert "started: none, all were running" in again.stdout
+    lab("down")
+    clean = subprocess.run([*LAB, "check-clean"], capture_output=True, text=True, check=False)
+    assert clean.returncode == 0, clean.stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    assert "vomni-br0" not in links and "vb-lab-" not in links
+    assert str(REPO / "inventories" / "lab") not in Path("/proc/mounts").read_text()
+
+
+def simulator(tmp_path: Path, **group_vars) -> Path:
+    return scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": group_vars.pop("gpus")}}}},
+                    {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+                     **group_vars})
+
+
+def test_check_diff_on_a_fresh_host_shows_the_change_and_makes_none(one_host, tmp_path):
+    inventory = simulator(tmp_path, gpus=list(range(6)))
+    result = playbook("deploy.yml", inventory, "--check", "--diff")
+    assert "+++ after: /etc/vllm-omni/omni1/stage_config.yaml" in result.stdout or \
+        "would build /opt/vllm-omni/venvs/xpyd-sim" in result.stdout
+    assert on(one_host, "ls /etc/vllm-omni /opt/vllm-omni 2>&1").count("No such file") == 2
+
+
+def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tmp_path):
+    first = simulator(tmp_path, gpus=list(range(6)))
+    playbook("deploy.yml", first)
+    before = {unit: started_at(one_host, unit) for unit in ("vllm-omni@omni0", "vllm-omni@omni1")}
+    router_before = started_at(one_host, "vllm-omni-router")
+    # GPU 5 -> 7 changes only omni1's GPU set (omni0 keeps 0,1,2).
+    changed = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7])
+    playbook("deploy.yml", changed)
+    after = {unit: started_at(one_host, unit) for unit in before}
+    assert after["vllm-omni@omni0"] == before["vllm-omni@omni0"], "omni0 was restarted though nothing of it changed"
+    assert after["vllm-omni@omni1"] != before["vllm-omni@omni1"], "omni1 changed but was not restarted"
+    assert 'CUDA_VISIBLE_DEVICES="3,4,7"' in on(one_host, "cat /etc/vllm-omni/omni1/engine.env")
+    assert started_at(one_host, "vllm-omni-router") == router_before  # membership unchanged
+    # One pipeline fewer: omni1 stops, its files go, the router drops it, omni0 keeps running.
+    fewer = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7], vllm_omni_pipelines_per_host=1)
+    playbook("deploy.yml", fewer)
+    assert on(one_host, "systemctl is-active vllm-omni@omni1").strip() in ("inactive", "unknown")
+    assert "No such file" in on(one_host, "ls /etc/vllm-omni/omni1 /etc/systemd/system/vllm-omni@omni1.service.d 2>&1")
+    assert started_at(one_host, "vllm-omni@omni0") == before["vllm-omni@omni0"]
+    assert started_at(one_host, "vllm-omni-router") != router_before
+    workers = json.loads(on(one_host, "curl -s http://10.77.0.11:8000/list_workers"))["urls"]
+    assert workers == ["http://10.77.0.11:8091"]
+
+
+def test_uninstall_removes_everything_but_the_model_cache(one_host, tmp_path):
+    inventory = simulator(tmp_path, gpus=list(range(3)))
+    playbook("deploy.yml", inventory)
+    on(one_host, "touch /var/lib/vllm-omni/hf/weights.marker")
+    playbook("uninstall.yml", inventory)
+    listing = on(one_host, "ls -d /etc/vllm-omni /opt/vllm-omni /etc/systemd/system/vllm-omni@.service "
+                           "/etc/systemd/system/vllm-omni-router.service 2>&1")
+    assert listing.count("No such file") == 4, listing
+    assert on(one_host, "systemctl list-units --all --plain --no-legend 'vllm-omni*' | wc -l").strip() == "0"
+    assert "vllm-omni" not in on(one_host, "getent passwd | cut -d: -f1")
+    assert "weights.marker" in on(one_host, "ls /var/lib/vllm-omni/hf")
+
+
+def test_mooncake_master_from_the_non_cuda_wheel_answers_health(one_host, tmp_path):
+    inventory = simulator(tmp_path, gpus=list(range(3)), vllm_omni_mooncake_master_enabled=True)
+    playbook("deploy.yml", inventory)
+    health = json.loads(on(one_host, "curl -s http://10.77.0.11:9003/health"))
+    assert health["status"] == "ok"
+    assert "master_" in on(one_host, "curl -s http://10.77.0.11:9003/metrics")
+    sockets = on(one_host, "ss -H -ltn")
+    assert "10.77.0.11:50051" in sockets and "0.0.0.0:50051" not in sockets and ":8080" not in sockets
+    playbook("uninstall.yml", inventory)
+
+
+def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_host(one_host, tmp_path):
+    """vllm + vllm-omni 0.26.0 (8 GB) through the wheelhouse onto a lab host without a route to PyPI.
+
+    No GPU: units are not started (engine_install_only), and the CUDA Mooncake variant's import needs
+    libcuda, so only its presence as the single variant is asserted (mooncake_import_check false).
+    """
+    inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))}}}},
+                         {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0"})
+    result = playbook("deploy.yml", inventory, "--tags", "mooncake,engine",
+                      "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
+    assert "the installed engine accepts the candidate" in result.stdout
+    versions = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
+                            "'import importlib.metadata as m; print(m.version(\"vllm\"), m.version(\"vllm-omni\"))'")
+    assert versions.split() == ["0.26.0", "0.26.0"]
+    for pipeline in ("omni0", "omni1"):
+        config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
+        assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config
+        assert "No such file" in on(one_host, f"ls /etc/vllm-omni/{pipeline}/stage_config.yaml.candidate 2>&1")
+    # A config the installed engine refuses never replaces the live one.
+    broken = textwrap.dedent("""
+        - hosts: vllm_omni
+          become: true
+          tasks:
+            - name: the recipe as documented, through the same check
+              vllm_omni.serve.config_check:
+                venv: /opt/vllm-omni/venvs/vllm-omni-0.26.0
+                config: /tmp/recipe.yaml
+                config_flag: --stage-configs-path
+    """)
+    (tmp_path / "broken.yml").write_text(broken)
+    put(one_host, "/tmp/recipe.yaml", (REPO / "tests" / "fixtures" / "recipe_as_documented.yaml").read_text())
+    refused = subprocess.run(["ansible-playbook", str(tmp_path / "broken.yml"), "-i", str(LAB_INVENTORY), "-i",
+                              str(inventory)], cwd=REPO, env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+                             capture_output=True, text=True, check=False)
+    assert refused.returncode != 0
+    assert "Missing key final_output_type" in refused.stdout
+    assert "talker2code2wav_token_only cannot be imported" in refused.stdout

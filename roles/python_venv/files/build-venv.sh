@@ -3,6 +3,10 @@
 set -euo pipefail
 new="$PYTHON_VENV_PATH.new"
 rm -rf "$new"
+# Unpack on the venv's filesystem: /tmp is often a small tmpfs, and an engine venv unpacks to ~8 GB.
+export TMPDIR="$PYTHON_VENV_PATH.tmp"
+rm -rf "$TMPDIR"; mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 read -r -a packages <<< "$PYTHON_VENV_PACKAGES"
 index=()
 if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then index=(--no-index --find-links "$PYTHON_VENV_FIND_LINKS"); fi

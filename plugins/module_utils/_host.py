@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-# This collection's own units: pipelines, the router, the Mooncake master.
-OWN_UNIT = re.compile(r"/((?:vllm-omni@[A-Za-z0-9_.-]+|vllm-omni-router|mooncake-master)\.service)")
+# Units this collection manages: pipelines, the router, the Mooncake master, and the distribution's
+# Prometheus (the monitoring role configures it).
+OWN_UNIT = re.compile(r"/((?:vllm-omni@[A-Za-z0-9_.-]+|vllm-omni-router|mooncake-master|prometheus)\.service)")
 PROCESS = re.compile(r'\("([^"]*)",pid=(\d+)')
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._planner import ENGINE_GROUP, MASTER_GROUP, ROUTER_GROUP, PlanError, Problem
+from ._planner import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, PlanError, Problem
 from ._settings import SECRET, SETTINGS
 
 # Secrets are never templated here (no vault password needed to plan or render): only their presence.
@@ -46,9 +46,10 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
     engine_hosts = [str(h) for h in (groups.get(ENGINE_GROUP) or [])]
     router_hosts = [str(h) for h in (groups.get(ROUTER_GROUP) or [])]
     master_hosts = [str(h) for h in (groups.get(MASTER_GROUP) or [])]
+    monitoring_hosts = [str(h) for h in (groups.get(MONITORING_GROUP) or [])]
     variables: dict[str, dict] = {}
     problems = []
-    for host in dict.fromkeys(engine_hosts + router_hosts + master_hosts):
+    for host in dict.fromkeys(engine_hosts + router_hosts + master_hosts + monitoring_hosts):
         host_vars = hostvars[host]
         selected = {}
         for name in list(host_vars.keys()):
@@ -66,4 +67,4 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
     if problems:
         raise PlanError(problems)
     return {"engine_hosts": engine_hosts, "router_hosts": router_hosts, "master_hosts": master_hosts,
-            "hostvars": variables}
+            "monitoring_hosts": monitoring_hosts, "hostvars": variables}

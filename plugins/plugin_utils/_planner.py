@@ -46,6 +46,7 @@ PLAN_SCHEMA = 1
 ENGINE_GROUP = "vllm_omni"
 ROUTER_GROUP = "vllm_omni_router"
 MASTER_GROUP = "vllm_omni_mooncake_master"
+MONITORING_GROUP = "vllm_omni_monitoring"
 HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # Each prefill/decode GPU worker runs one Mooncake transfer engine with two listeners
 # (handshake + TCP data); doubled for restarts that briefly overlap.
@@ -393,8 +394,12 @@ def _engine_ranges(count: int, settings: dict, layout: str) -> list[tuple[str, s
     return ranges
 
 
-def _service_ranges(settings: dict, router: bool, master: bool) -> list[tuple[str, str, tuple[int, int]]]:
+def _service_ranges(settings: dict, router: bool, master: bool,
+                    monitoring: bool = False) -> list[tuple[str, str, tuple[int, int]]]:
     ranges = []
+    if monitoring:
+        port = settings["vllm_omni_prometheus_port"]
+        ranges.append(("Prometheus port", "vllm_omni_prometheus_port", (port, port)))
     if router:
         for label, name in (("router port", "vllm_omni_router_port"),
                             ("router metrics port", "vllm_omni_router_metrics_port")):
@@ -561,7 +566,8 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     if router_defaulted:
         router_hosts = [sorted(engine_hosts)[0]]
     master_hosts = list(dict.fromkeys(inventory.get("master_hosts") or []))
-    all_hosts = sorted(set(engine_hosts) | set(router_hosts) | set(master_hosts))
+    monitoring_hosts = list(dict.fromkeys(inventory.get("monitoring_hosts") or []))
+    all_hosts = sorted(set(engine_hosts) | set(router_hosts) | set(master_hosts) | set(monitoring_hosts))
     for host in all_hosts:
         if not isinstance(host, str) or not HOSTNAME_PATTERN.fullmatch(host):
             problems.add(_host_where(show(host)), "inventory_hostname",
@@ -592,6 +598,13 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
         problems.add(f"group {MASTER_GROUP}", "vllm_omni_mooncake_master_enabled",
                      f"is false, but group {MASTER_GROUP} lists {', '.join(master_hosts)}",
                      "set vllm_omni_mooncake_master_enabled: true, or empty the group")
+    monitoring_defaulted = settings["vllm_omni_monitoring_enabled"] and not monitoring_hosts
+    if monitoring_defaulted:
+        monitoring_hosts = [sorted(router_hosts)[0]]
+    elif monitoring_hosts and not settings["vllm_omni_monitoring_enabled"]:
+        problems.add(f"group {MONITORING_GROUP}", "vllm_omni_monitoring_enabled",
+                     f"is false, but group {MONITORING_GROUP} lists {', '.join(monitoring_hosts)}",
+                     "set vllm_omni_monitoring_enabled: true, or empty the group")
     service_only = sorted(set(all_hosts) - set(engine_hosts))
 
     # Per host: address, GPUs, pipeline count.
@@ -631,7 +644,7 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
                          f"set it to at most {fits}, or auto")
             continue
         ranges = (_engine_ranges(count, settings, layout)
-                  + _service_ranges(settings, host in router_hosts, host in master_hosts))
+                  + _service_ranges(settings, host in router_hosts, host in master_hosts, host in monitoring_hosts))
         if not _check_ports(host, ranges, problems, count):
             continue
         if layout == "pd" and not _check_mooncake_slices(host, count, settings, problems):
@@ -641,7 +654,8 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
                             "gpu_source": gpu_source, "skipped": skipped, "facts": facts}
 
     for host in service_only:
-        _check_ports(host, _service_ranges(settings, host in router_hosts, host in master_hosts), problems)
+        _check_ports(host, _service_ranges(settings, host in router_hosts, host in master_hosts,
+                                           host in monitoring_hosts), problems)
 
     # Addresses: unique, and reachable by peers.
     by_ip: dict[str, list[str]] = {}
@@ -666,7 +680,8 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     plan = _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ips)
     plan["router"] = _services.router_plan(settings, router_hosts, router_defaulted, ips, plan["worker_urls"])
     plan["mooncake_master"] = _services.master_plan(settings, master_hosts, master_defaulted, ips)
-    for service in (plan["router"], plan["mooncake_master"]):
+    plan["monitoring"] = _services.monitoring_plan(settings, monitoring_hosts, monitoring_defaulted, ips)
+    for service in _service_sections(plan):
         for host, ranges in service.get("listen_ports", {}).items():
             if host in plan["hosts"]:
                 plan["hosts"][host]["listen_ports"].extend(ranges)
@@ -806,6 +821,10 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
     }
 
 
+def _service_sections(plan: dict) -> list[dict]:
+    return [plan["router"], plan["mooncake_master"], plan["monitoring"]]
+
+
 def _port_list(ranges: list[dict]) -> str:
     """Port ranges as the kernel prints net.ipv4.ip_local_reserved_ports: sorted, merged, "a-b,c"."""
     merged: list[list[int]] = []
@@ -820,7 +839,7 @@ def _port_list(ranges: list[dict]) -> str:
 def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
     """host -> every port range planned there (pipelines, router, master)."""
     found = {host: list(host_plan["listen_ports"]) for host, host_plan in plan["hosts"].items()}
-    for service in (plan["router"], plan["mooncake_master"]):
+    for service in _service_sections(plan):
         for host, ranges in service.get("listen_ports", {}).items():
             if host not in plan["hosts"]:
                 found.setdefault(host, []).extend(ranges)

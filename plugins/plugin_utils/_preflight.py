@@ -24,7 +24,7 @@ def _check(name: str, status: str, detail: str, fix: str = "") -> dict:
 def _services_on(plan: dict, host: str) -> list[dict]:
     """Every port range the plan puts on ``host``, with what it is for."""
     ranges = list(plan["hosts"].get(host, {}).get("listen_ports", []))
-    for service in (plan["router"], plan["mooncake_master"]):
+    for service in (plan["router"], plan["mooncake_master"], plan["monitoring"]):
         if host not in plan["hosts"]:
             ranges += service.get("listen_ports", {}).get(host, [])
     return ranges
@@ -33,7 +33,7 @@ def _services_on(plan: dict, host: str) -> list[dict]:
 def _address_of(plan: dict, host: str) -> str | None:
     if host in plan["hosts"]:
         return plan["hosts"][host]["ip"]
-    for service in (plan["router"], plan["mooncake_master"]):
+    for service in (plan["router"], plan["mooncake_master"], plan["monitoring"]):
         if host in service.get("per_host", {}):
             return service["per_host"][host]["ip"]
     return None

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _yaml
+from . import _observability, _yaml
 
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"
@@ -119,6 +119,9 @@ def plan_json(plan: dict) -> str:
 def render_tree(plan: dict) -> dict[str, str]:
     """{relative path: text} of a whole render directory."""
     tree = {PLAN_FILE: plan_json(plan)}
+    targets_dir = (plan.get("monitoring") or {}).get("targets_dir", "/etc/prometheus/vllm-omni")
+    for path, text in _observability.prometheus_files(plan, targets_dir).items():
+        tree[f"prometheus/{path}"] = text
     for host, host_plan in plan["hosts"].items():
         for pipeline in host_plan["pipelines"]:
             for name, text in pipeline_files(plan, pipeline).items():

@@ -96,3 +96,20 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
                                 {"service": "mooncake_master", "purpose": "http", "first": http, "last": http}]
                          for host in sorted(hosts)},
     }
+
+
+def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
+    if not settings["vllm_omni_monitoring_enabled"]:
+        return {"enabled": False, "hosts": []}
+    port = settings["vllm_omni_prometheus_port"]
+    return {
+        "enabled": True,
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "port": port,
+        "targets_dir": "/etc/prometheus/vllm-omni",
+        "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",
+                            "listen_address": f"{ips[host]}:{port}"} for host in sorted(hosts)},
+        "listen_ports": {host: [{"service": "prometheus", "purpose": "web", "first": port, "last": port}]
+                         for host in sorted(hosts)},
+    }

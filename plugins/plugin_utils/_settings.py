@@ -420,6 +420,13 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v, n: check_int(v, n, 1024, 65535)),
     Setting("vllm_omni_mooncake_master_metrics_port", DEPLOYMENT, 9003, "port",
             "mooncake_master HTTP port (/health, /metrics).", lambda v, n: check_int(v, n, 1024, 65535)),
+    # Monitoring: Prometheus on the hosts of group vllm_omni_monitoring (default: the router host),
+    # scraping every engine, router and Mooncake master target from the plan.
+    Setting("vllm_omni_monitoring_enabled", DEPLOYMENT, False, "bool",
+            "Install Prometheus (Debian/RHEL package) on the monitoring hosts with the plan's targets.",
+            check_bool),
+    Setting("vllm_omni_prometheus_port", DEPLOYMENT, 9090, "port", "Prometheus web/API port on the monitoring hosts.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
     # Read by playbooks.
     Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",

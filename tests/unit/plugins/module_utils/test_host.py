@@ -30,4 +30,5 @@ def test_owner_units_are_only_ours():
     assert owner_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni1.service\n") == "vllm-omni@omni1.service"
     assert owner_unit("0::/system.slice/vllm-omni-router.service\n") == "vllm-omni-router.service"
     assert owner_unit("0::/system.slice/mooncake-master.service\n") == "mooncake-master.service"
+    assert owner_unit("0::/system.slice/prometheus.service\n") == "prometheus.service"
     assert owner_unit("0::/system.slice/nginx.service\n") is None

@@ -51,7 +51,8 @@ def scrape_configs(plan: dict, targets_dir: str) -> list[dict]:
 
 def prometheus_files(plan: dict, targets_dir: str) -> dict[str, str]:
     """{relative path: text}: targets/<stem>.json for file_sd, and scrape-configs.yml to include."""
-    files = {f"targets/{stem}.json": json.dumps(groups, indent=1, sort_keys=True) + "\n"
+    # One target group per line: readable diffs, and the C encoder (indent= would fall back to Python).
+    files = {f"targets/{stem}.json": "[\n" + ",\n".join(json.dumps(g, sort_keys=True) for g in groups) + "\n]\n"
              for stem, groups in targets(plan).items()}
     files["scrape-configs.yml"] = ("# Rendered by vllm_omni.serve from the plan: the deployment's scrape jobs.\n"
                                    + _yaml.dump({"scrape_configs": scrape_configs(plan, targets_dir)}))

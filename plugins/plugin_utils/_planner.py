@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -708,6 +709,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
     prefix = settings["vllm_omni_pipeline_prefix"]
     warnings: list[str] = []
     hosts: dict[str, dict] = {}
+    documents: dict[tuple, dict] = {}
     worker_urls: list[str] = []
     for host in engine_hosts:
         ip = ips[host]
@@ -757,11 +759,18 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
             if layout == "pd":
                 pipeline["mooncake"] = {"protocol": settings["vllm_omni_mooncake_protocol"],
                                         "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])}
-            document = _stage_config.build_document(engine, {**pipeline, "layout": layout}, overrides)
-            own = (_stage_config.check_launch(document, engine, engine.config_flag)
-                   + _stage_config.check_document(document, engine, pipeline["environment"]))
-            if own:  # pragma: no cover - a planner bug, never a user error
-                raise RuntimeError(f"rendered stage config for {host}/{name} fails its own check: {own}")
+            # Aggregated documents hold no address, port or id: pipelines with the same stage devices share
+            # one document, built and checked once (PD documents carry kv_ip, ports and engine ids).
+            key = None if layout == "pd" else json.dumps([[s["devices"], s["tensor_parallel_size"]] for s in stages])
+            document = documents.get(key) if key else None
+            if document is None:
+                document = _stage_config.build_document(engine, {**pipeline, "layout": layout}, overrides)
+                own = (_stage_config.check_launch(document, engine, engine.config_flag)
+                       + _stage_config.check_document(document, engine, pipeline["environment"]))
+                if own:  # pragma: no cover - a planner bug, never a user error
+                    raise RuntimeError(f"rendered stage config for {host}/{name} fails its own check: {own}")
+                if key:
+                    documents[key] = document
             pipeline["stage_config"] = document
             pipelines.append(pipeline)
             worker_urls.append(pipeline["url"])

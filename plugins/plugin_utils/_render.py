@@ -26,14 +26,20 @@ DROPIN_FILE = "10-pipeline.conf"  # /etc/systemd/system/<unit>.d/ on the host
 PLAN_FILE = "plan.json"
 
 
-def stage_config_text(plan: dict, pipeline: dict) -> str:
+def stage_config_text(plan: dict, pipeline: dict, cache: dict | None = None) -> str:
+    """The stage config file; ``cache`` (id of a document -> YAML) reuses the body of shared documents."""
     engine = plan["engine"]
     header = (
         f"# vLLM-Omni {engine['vllm_omni_version']} stage config for {pipeline['host']}/{pipeline['name']}"
         f" ({plan['layout']} layout, {engine['stage_config_schema']} schema, loaded with {engine['config_flag']}).\n"
         "# Rendered by vllm_omni.serve from the inventory; edits are overwritten on the next deploy.\n"
     )
-    return header + _yaml.dump(pipeline["stage_config"])
+    document = pipeline["stage_config"]
+    if cache is None:
+        return header + _yaml.dump(document)
+    if id(document) not in cache:
+        cache[id(document)] = _yaml.dump(document)
+    return header + cache[id(document)]
 
 
 def env_text(pipeline: dict) -> str:
@@ -70,10 +76,10 @@ def dropin_text(pipeline: dict) -> str:
     )
 
 
-def pipeline_files(plan: dict, pipeline: dict) -> dict[str, str]:
+def pipeline_files(plan: dict, pipeline: dict, cache: dict | None = None) -> dict[str, str]:
     """{file name: text} of one pipeline: what the engine role installs, and render.yml writes."""
     return {
-        STAGE_CONFIG: stage_config_text(plan, pipeline),
+        STAGE_CONFIG: stage_config_text(plan, pipeline, cache),
         ENV_FILE: env_text(pipeline),
         ARGV_FILE: argv_text(pipeline),
         DROPIN_FILE: dropin_text(pipeline),
@@ -122,9 +128,10 @@ def render_tree(plan: dict) -> dict[str, str]:
     targets_dir = (plan.get("monitoring") or {}).get("targets_dir", "/etc/prometheus/vllm-omni")
     for path, text in _observability.prometheus_files(plan, targets_dir).items():
         tree[f"prometheus/{path}"] = text
+    cache: dict[int, str] = {}
     for host, host_plan in plan["hosts"].items():
         for pipeline in host_plan["pipelines"]:
-            for name, text in pipeline_files(plan, pipeline).items():
+            for name, text in pipeline_files(plan, pipeline, cache).items():
                 tree[f"{host}/{pipeline['name']}/{name}"] = text
     return tree
 

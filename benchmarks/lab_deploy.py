@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Deploy timings on the local lab (needs root): first deploy, no-op re-run, 1 host vs 3 hosts, router overhead.
+
+    python benchmarks/lab_deploy.py [--rounds 2]
+
+Every deploy starts from freshly booted lab machines (`lab.py down` + `up`) with the controller's
+wheelhouse warm, so the numbers measure the playbooks, not PyPI. 1-host and 3-host deploys
+alternate within one run (this machine is noisy: compare the ratio). Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
+LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
+KEY_FILE = CACHE / "lab" / "demo-api-key"
+SECRETS = CACHE / "lab" / "demo-secrets.yml"
+LAYOUTS = {
+    # two engine hosts presenting 8 GPUs each, router on the third (the demo)
+    3: REPO / "tests" / "lab" / "demo" / "hosts.yml",
+    # one host: the same per-host work, router beside the engines
+    1: REPO / "benchmarks" / "lab-1host.yml",
+}
+
+
+def lab_fresh(hosts: int) -> None:
+    subprocess.run([*LAB, "down"], check=True, capture_output=True)
+    subprocess.run([*LAB, "up", "--hosts", str(hosts), "--gpu-profile", "h200x8-nvswitch"], check=True,
+                   capture_output=True)
+
+
+def deploy(layout: Path) -> tuple[float, str]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    start = time.monotonic()
+    result = subprocess.run(["ansible-playbook", "playbooks/deploy.yml", "-i", "inventories/lab/hosts.yml",
+                             "-i", str(layout), "-e", f"@{SECRETS}"], cwd=REPO, env=env, capture_output=True,
+                            text=True, check=False)
+    seconds = time.monotonic() - start
+    if result.returncode != 0:
+        sys.exit(f"deploy failed:\n{result.stdout[-3000:]}")
+    return seconds, result.stdout.split("PLAY RECAP")[-1]
+
+
+def loadgen(url: str, requests: int) -> dict:
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "loadgen.py"), url, "--requests", str(requests),
+                          "--key-file", str(KEY_FILE), "--json"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if not KEY_FILE.is_file():
+        (CACHE / "lab").mkdir(parents=True, exist_ok=True)
+        KEY_FILE.write_text(os.urandom(24).hex() + "\n")
+    SECRETS.write_text(f"vllm_omni_api_key: {KEY_FILE.read_text().strip()}\n")
+    report: dict = {"first_deploy_s": {1: [], 3: []}}
+    for _ in range(args.rounds):
+        for hosts in (1, 3):
+            lab_fresh(hosts)
+            seconds, _ = deploy(LAYOUTS[hosts])
+            report["first_deploy_s"][hosts].append(round(seconds, 1))
+    # The lab now runs the 3-host layout: no-op re-runs and router overhead on it.
+    noop = []
+    for _ in range(3):
+        seconds, recap = deploy(LAYOUTS[3])
+        noop.append({"seconds": round(seconds, 1), "changed": sum(int(w.split("=")[1]) for w in recap.split()
+                                                                  if w.startswith("changed="))})
+    report["noop_rerun"] = noop
+    direct, routed = [], []
+    for _ in range(3):  # alternate, so drift hits both paths alike
+        direct.append(loadgen("http://10.77.0.11:8091", 150))
+        routed.append(loadgen("http://10.77.0.13:8000", 150))
+    report["router_overhead"] = {
+        "direct_p50_ms": [r["p50_ms"] for r in direct], "router_p50_ms": [r["p50_ms"] for r in routed],
+        "direct_p99_ms": [r["p99_ms"] for r in direct], "router_p99_ms": [r["p99_ms"] for r in routed],
+        "p50_delta_ms": round(statistics.median(r["p50_ms"] for r in routed)
+                              - statistics.median(r["p50_ms"] for r in direct), 3),
+        "p99_delta_ms": round(statistics.median(r["p99_ms"] for r in routed)
+                              - statistics.median(r["p99_ms"] for r in direct), 3),
+        "failed": sum(r["failed"] for r in direct + routed),
+    }
+    one, three = statistics.median(report["first_deploy_s"][1]), statistics.median(report["first_deploy_s"][3])
+    report["ratio_3_hosts_to_1"] = round(three / one, 2)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

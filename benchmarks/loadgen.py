@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Bounded load generator for the lab: chat completions, latencies, failures. Never an open-ended flood.
+
+    python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--max-seconds 120] [--json]
+
+Bounded by request count AND wall time, and it refuses any target outside the lab bridge
+(10.77.0.0/24) or loopback, so it cannot be pointed at someone else's service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import ipaddress
+import json
+import statistics
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+ALLOWED = [ipaddress.ip_network("10.77.0.0/24"), ipaddress.ip_network("127.0.0.0/8")]
+
+
+def allowed(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in network for network in ALLOWED)
+
+
+def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout: float) -> tuple[float, int, str]:
+    parts = urlsplit(url)
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello."}],
+                       "max_tokens": max_tokens, "modalities": ["text"]})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    start = time.perf_counter()
+    try:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        connection.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        response = connection.getresponse()
+        payload = response.read()
+        connection.close()
+        status = response.status
+        detail = "" if status == 200 else payload[:200].decode(errors="replace")
+    except OSError as error:
+        status, detail = 0, f"{type(error).__name__}: {error}"
+    return time.perf_counter() - start, status, detail
+
+
+def run(url: str, requests: int, concurrency: int, key: str | None, model: str, max_tokens: int,
+        max_seconds: float) -> dict:
+    deadline = time.monotonic() + max_seconds
+    lock = threading.Lock()
+    results: list[tuple[float, int, str]] = []
+    issued = 0
+
+    def worker():
+        nonlocal issued
+        while True:
+            with lock:
+                if issued >= requests or time.monotonic() >= deadline:
+                    return
+                issued += 1
+            outcome = one_request(url, key, model, max_tokens, timeout=min(60.0, max_seconds))
+            with lock:
+                results.append(outcome)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ok = sorted(latency for latency, status, _ in results if status == 200)
+    failures = [(status, detail) for _, status, detail in results if status != 200]
+
+    def pct(p: float) -> float | None:
+        return round(ok[min(len(ok) - 1, int(p * len(ok)))] * 1000, 3) if ok else None
+
+    return {"url": url, "sent": len(results), "ok": len(ok), "failed": len(failures),
+            "failures": sorted({f"{s} {d}" for s, d in failures})[:5],
+            "seconds": round(time.monotonic() - started, 2),
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "mean_ms": round(statistics.mean(ok) * 1000, 3) if ok else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--key-file")
+    parser.add_argument("--model", default="qwen3-omni")
+    parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--max-seconds", type=float, default=120)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not allowed(args.url):
+        sys.exit(f"loadgen: {args.url} is outside the lab bridge and loopback; refusing")
+    if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 64 or not 1 <= args.max_seconds <= 3600:
+        sys.exit("loadgen: requests 1-100000, concurrency 1-64, max-seconds 1-3600")
+    key = open(args.key_file).read().strip() if args.key_file else None
+    report = run(args.url, args.requests, args.concurrency, key, args.model, args.max_tokens, args.max_seconds)
+    print(json.dumps(report) if args.json else report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""Controller-side action for vllm_omni.serve.report_files (documentation in plugins/modules)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("dest", "documents"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        dest, documents = self._task.args.get("dest"), self._task.args.get("documents")
+        if not isinstance(dest, str) or not isinstance(documents, dict):
+            raise AnsibleActionFail("report_files takes dest (a directory) and documents (name -> data)")
+        directory = Path(dest).expanduser()
+        written = []
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, document in sorted(plain(documents).items()):
+                if "/" in name or name.startswith("."):
+                    raise AnsibleActionFail(f"report_files: {name!r} is not a plain file name")
+                path = directory / f"{name}.json"
+                path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+                written.append(str(path))
+        except OSError as error:
+            raise AnsibleActionFail(f"report_files: {error}") from None
+        result.update(changed=False, files=written)  # reports on the controller, not a managed change
+        return result

@@ -1,0 +1,61 @@
+#!/usr/bin/python
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: report_files
+short_description: Write JSON reports on the controller, one file per document
+version_added: 0.1.0
+description:
+  - Writes each document as C(DEST/<name>.json) (sorted keys, indented) on the controller, in one step
+    for all hosts. Reports are artifacts, so the task never reports a change.
+  - Runs on the controller only (action plugin).
+options:
+  dest:
+    description: Directory on the controller; created when missing.
+    type: path
+    required: true
+  documents:
+    description: File name (without C(.json); no slashes) to data.
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+    description: Writes the reports in check mode too; they describe, they do not change hosts.
+  diff_mode:
+    support: none
+author:
+  - vllm_omni.serve contributors
+"""
+
+EXAMPLES = r"""
+- name: Preflight | one JSON report per host
+  vllm_omni.serve.report_files:
+    dest: /tmp/reports
+    documents: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'preflight_report'))) }}"
+  run_once: true
+"""
+
+RETURN = r"""
+files:
+  description: Paths written.
+  type: list
+  elements: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={"dest": {"type": "path", "required": True},
+                                          "documents": {"type": "dict", "required": True}},
+                           supports_check_mode=True)
+    module.fail_json(msg="vllm_omni.serve.report_files runs on the controller through its action plugin")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,13 +10,16 @@ Bounded by request count AND wall time, and it refuses any target outside the la
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import ipaddress
 import json
+import signal
 import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 ALLOWED = [ipaddress.ip_network("10.77.0.0/24"), ipaddress.ip_network("127.0.0.0/8")]
@@ -55,6 +58,10 @@ def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout:
 def run(url: str, requests: int, concurrency: int, key: str | None, model: str, max_tokens: int,
         max_seconds: float) -> dict:
     deadline = time.monotonic() + max_seconds
+    stop = threading.Event()
+    # SIGTERM/SIGINT end the run early but still print the report (used to wrap a rolling upgrade).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     lock = threading.Lock()
     results: list[tuple[float, int, str]] = []
     issued = 0
@@ -63,7 +70,7 @@ def run(url: str, requests: int, concurrency: int, key: str | None, model: str, 
         nonlocal issued
         while True:
             with lock:
-                if issued >= requests or time.monotonic() >= deadline:
+                if issued >= requests or time.monotonic() >= deadline or stop.is_set():
                     return
                 issued += 1
             outcome = one_request(url, key, model, max_tokens, timeout=min(60.0, max_seconds))
@@ -74,8 +81,9 @@ def run(url: str, requests: int, concurrency: int, key: str | None, model: str, 
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(timeout=0.2)
     ok = sorted(latency for latency, status, _ in results if status == 200)
     failures = [(status, detail) for _, status, detail in results if status != 200]
 
@@ -103,9 +111,10 @@ def main() -> int:
         sys.exit(f"loadgen: {args.url} is outside the lab bridge and loopback; refusing")
     if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 64 or not 1 <= args.max_seconds <= 3600:
         sys.exit("loadgen: requests 1-100000, concurrency 1-64, max-seconds 1-3600")
-    key = open(args.key_file).read().strip() if args.key_file else None
+    key = Path(args.key_file).read_text().strip() if args.key_file else None
     report = run(args.url, args.requests, args.concurrency, key, args.model, args.max_tokens, args.max_seconds)
-    print(json.dumps(report) if args.json else report)
+    with contextlib.suppress(BrokenPipeError):  # the reader went away; nothing left to tell it
+        print(json.dumps(report) if args.json else report, flush=True)
     return 0
 
 

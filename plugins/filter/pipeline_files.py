@@ -21,6 +21,9 @@ options:
     description: The whole plan (for the engine version and layout in the file headers).
     type: dict
     required: true
+  file:
+    description: Return only this file's text (one of the keys above) instead of the whole dict.
+    type: str
 seealso:
   - plugin: vllm_omni.serve.plan
     plugin_type: filter
@@ -47,11 +50,16 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import pipeline_files as _pipeline_files
 
 
-def pipeline_files(pipeline, plan):
+def pipeline_files(pipeline, plan, file=None):
     if not isinstance(pipeline, dict) or "argv" not in pipeline or not isinstance(plan, dict) or "engine" not in plan:
         raise AnsibleFilterError("pipeline_files expects a pipeline of the plan and the plan itself: "
                                  "pipeline | vllm_omni.serve.pipeline_files(vllm_omni_plan)")
-    return _pipeline_files(plain(plan), plain(pipeline))
+    files = _pipeline_files(plain(plan), plain(pipeline))
+    if file is None:
+        return files
+    if file not in files:
+        raise AnsibleFilterError(f"pipeline_files: no file {file!r}; files are {', '.join(files)}")
+    return files[file]
 
 
 class FilterModule:

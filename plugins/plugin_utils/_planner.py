@@ -44,6 +44,9 @@ from ._stages import (
 )
 
 PLAN_SCHEMA = 1
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+# Per-pipeline systemd drop-in (EnvironmentFile + exact ExecStart) under <unit>.d/.
+PIPELINE_DROPIN = "10-pipeline.conf"
 ENGINE_GROUP = "vllm_omni"
 ROUTER_GROUP = "vllm_omni_router"
 MASTER_GROUP = "vllm_omni_mooncake_master"
@@ -736,6 +739,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
                 "config_dir": config_dir,
                 "stage_config": f"{config_dir}/stage_config.yaml",
                 "env_file": f"{config_dir}/engine.env",
+                "unit_dropin": f"{SYSTEMD_UNIT_DIR}/vllm-omni@{name}.service.d/{PIPELINE_DROPIN}",
                 "venv": backend["venv"],
             }
             stages = _stage_layout(layout, tp, host, name)
@@ -806,10 +810,14 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         "layout": layout,
         "paths": {
             "install_root": root,
+            "unit_dir": SYSTEMD_UNIT_DIR,
+            # every pipeline is an instance of this template unit, with its own drop-in
+            "engine_unit_template": f"{SYSTEMD_UNIT_DIR}/vllm-omni@.service",
             "config_root": settings["vllm_omni_config_root"],
             "hf_home": settings["vllm_omni_hf_home"],
             "tools_venv": f"{root}/tools",  # uv, installed from the wheelhouse
             "host_wheelhouse": "/var/cache/vllm-omni/wheelhouse",
+            "mooncake_sysctl": "/etc/sysctl.d/60-vllm-omni-mooncake.conf",
         },
         "installer": {"uv": _engine_data.companions()["uv"]},
         "engine": {

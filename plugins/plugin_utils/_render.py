@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 
 from . import _observability, _yaml
+from ._planner import PIPELINE_DROPIN as DROPIN_FILE
 
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"
 ARGV_FILE = "argv"
-DROPIN_FILE = "10-pipeline.conf"  # /etc/systemd/system/<unit>.d/ on the host
 PLAN_FILE = "plan.json"
 
 

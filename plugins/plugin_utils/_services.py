@@ -28,8 +28,9 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
             "--health-check-endpoint", "/health",
             "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
             "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
-            # Pipelines can take many minutes to load; the router must not give up on them at start.
-            "--worker-startup-timeout-secs", str(settings["vllm_omni_init_timeout"]),
+            # The router starts after the pipelines are healthy; if one is down it still starts after
+            # this wait and its health checker keeps the dead pipeline out until it answers.
+            "--worker-startup-timeout-secs", "120",
             "--worker-startup-check-interval", "2",
         ]
         retries = settings["vllm_omni_router_max_retries"]
@@ -62,9 +63,12 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     }
 
 
+MASTER_UNIT = "mooncake-master.service"
+
+
 def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
     if not settings["vllm_omni_mooncake_master_enabled"]:
-        return {"enabled": False, "hosts": []}
+        return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
     variant = _engine_data.companions()["mooncake"]["none"]  # the master needs no GPU
     venv = f"{settings['vllm_omni_install_root']}/venvs/mooncake-master-{variant['version']}"
     rpc, http = settings["vllm_omni_mooncake_master_rpc_port"], settings["vllm_omni_mooncake_master_metrics_port"]
@@ -86,7 +90,7 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
         "enabled": True,
         "hosts": sorted(hosts),
         "defaulted": defaulted,
-        "unit": "mooncake-master.service",
+        "unit": MASTER_UNIT,
         "package": f"{variant['package']}=={variant['version']}",
         "venv": venv,
         "rpc_port": rpc,
@@ -100,7 +104,7 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
 
 def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
     if not settings["vllm_omni_monitoring_enabled"]:
-        return {"enabled": False, "hosts": []}
+        return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
     port = settings["vllm_omni_prometheus_port"]
     return {
         "enabled": True,

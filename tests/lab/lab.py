@@ -7,6 +7,7 @@
     lab.py check-clean        exit 1 (and say what) if anything of the lab is left on this machine
     lab.py exec HOST -- CMD   run CMD inside a machine (nsenter; no SSH needed)
     lab.py instances          molecule's instance config for the running machines (JSON)
+    lab.py poweroff HOST      power one machine off, keeping its disk (fault tests; `up` boots it)
 
 Each machine boots systemd as PID 1 in its own network namespace (veth ``vb-lab-N`` on bridge
 ``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1), with sshd, python3, sudo, an
@@ -321,6 +322,21 @@ def up(count: int, gpu_profile: str | None) -> None:
         f"inventory: {INVENTORY.relative_to(REPO)}")
 
 
+def poweroff(name: str) -> None:
+    """Stop one machine but keep its disk (overlay) and its place in the inventory."""
+    pid, init = nspawn_pid(name), init_pid(name)
+    if init is None or pid is None:
+        sys.exit(f"lab: {name} is not running")
+    os.kill(init, signal.SIGRTMIN + 4)
+    for _ in range(100):
+        if nspawn_pid(name) is None:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    log(f"{name} powered off (its disk is kept; `up` boots it again)")
+
+
 def stop(name: str) -> None:
     base = machine_dir(name)
     pid, init = nspawn_pid(name), init_pid(name)
@@ -408,6 +424,8 @@ def main() -> int:
     sub.add_parser("status")
     sub.add_parser("check-clean")
     sub.add_parser("instances", help="molecule instance config of the running machines, as JSON")
+    stop_parser = sub.add_parser("poweroff", help="power one machine off (fault tests); `up` boots it again")
+    stop_parser.add_argument("host")
     exec_parser = sub.add_parser("exec")
     exec_parser.add_argument("host")
     exec_parser.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -425,6 +443,8 @@ def main() -> int:
         for item in leftovers:
             print(f"lab: left behind: {item}")
         return 1 if leftovers else 0
+    elif args.command == "poweroff":
+        poweroff(args.host)
     elif args.command == "instances":
         print(json.dumps(instances()))
     elif args.command == "exec":

@@ -1,0 +1,186 @@
+"""Rolling upgrades and faults on the local lab (simulator backend; needs root).
+
+Two machines: lab-1 runs two pipelines and the router, lab-2 one pipeline. A bounded load
+generator (benchmarks/loadgen.py: count- and time-bounded, lab addresses only) sends requests
+through the router while pipelines are upgraded, killed or refused, and the tests count failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_lab import LAB, LAB_INVENTORY, REPO, lab, on, playbook, recap, scenario, started_at
+
+KEY_FILE = Path("/tmp/vllm-omni-faults.key")
+ROUTER = "http://10.77.0.11:8000"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
+
+
+class Load:
+    """Requests through the router in the background until stopped; .report() has sent/ok/failed."""
+
+    def __init__(self, concurrency: int = 4, max_seconds: int = 300):
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), ROUTER, "--requests", "100000",
+             "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--key-file", str(KEY_FILE),
+             "--json"], stdout=subprocess.PIPE, text=True)
+        time.sleep(2)
+
+    def report(self) -> dict:
+        self.process.send_signal(signal.SIGTERM)
+        out, _ = self.process.communicate(timeout=120)
+        return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory):
+    lab("up", "--hosts", "2")
+    key = "faults-test-key-0123456789abcdef"
+    KEY_FILE.write_text(key + "\n")
+
+    def inventory(**group_vars) -> Path:
+        base = {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+                "vllm_omni_api_key": key, **group_vars}
+        groups = {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))},
+                                          "lab-2": {"vllm_omni_gpus": list(range(3))}}},
+                  "vllm_omni_router": {"hosts": {"lab-1": None}}}
+        return scenario(tmp_path_factory.mktemp("inventory"), groups, {**base, "vllm_omni_api_key": key})
+
+    playbook("deploy.yml", inventory())
+    yield inventory
+    lab("down")
+
+
+def env_mark(host: str, pipeline: str) -> str:
+    return on(host, f"grep -h ROLLOUT_MARK /etc/vllm-omni/{pipeline}/engine.env").strip()
+
+
+def test_rolling_upgrade_under_load_drops_no_request(two_hosts):
+    before = {(h, p): started_at(h, f"vllm-omni@{p}") for h, p in (("lab-1", "omni0"), ("lab-1", "omni1"),
+                                                                   ("lab-2", "omni0"))}
+    load = Load()
+    started = time.monotonic()
+    result = playbook("upgrade.yml", two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"}))
+    seconds = time.monotonic() - started
+    report = load.report()
+    assert report["failed"] == 0, report
+    assert report["ok"] > 100, report
+    for (host, pipeline), when in before.items():
+        assert env_mark(host, pipeline) == 'ROLLOUT_MARK="1"'
+        assert started_at(host, f"vllm-omni@{pipeline}") != when, f"{host}/{pipeline} was not restarted"
+    assert json.loads(on("lab-1", f"curl -s {ROUTER}/list_workers"))["urls"].__len__() == 3
+    print(f"\nrolling upgrade of 3 pipelines: {seconds:.0f} s; load: {report}")
+    assert "Upgrade | drain" in result.stdout
+
+
+def test_failed_upgrade_restores_the_pipeline_and_stops_the_rollout(two_hosts):
+    load = Load()
+    broken = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "2", "XPYD_SIM_PROFILE": "/nonexistent/profile.yaml"})
+    result = playbook("upgrade.yml", broken, "-e", '{"engine_health_timeout": 20}', check=False)
+    report = load.report()
+    assert result.returncode != 0
+    assert "The previous version was restored, is healthy and back in the router; the rollout stops here" in result.stdout
+    assert report["failed"] == 0, report
+    # lab-1/omni0 failed and came back as it was; nothing after it was touched.
+    assert env_mark("lab-1", "omni0") == 'ROLLOUT_MARK="1"'
+    assert env_mark("lab-1", "omni1") == 'ROLLOUT_MARK="1"' and env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="1"'
+    assert on("lab-1", "systemctl is-active vllm-omni@omni0").strip() == "active"
+    assert len(json.loads(on("lab-1", f"curl -s {ROUTER}/list_workers"))["urls"]) == 3
+
+
+def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):
+    load = Load()
+    restarts = int(on("lab-2", "systemctl show -p NRestarts --value vllm-omni@omni0").strip())
+    on("lab-2", "kill -9 $(systemctl show -p MainPID --value vllm-omni@omni0)")
+    for _ in range(60):
+        if int(on("lab-2", "systemctl show -p NRestarts --value vllm-omni@omni0").strip() or 0) > restarts and \
+                on("lab-2", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.12:8091/health") == "200":
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("systemd did not bring the killed pipeline back")
+    time.sleep(5)
+    report = load.report()
+    print(f"\nkill -9 under load: {report}")
+    # New requests never reach the dead pipeline for long: the router retries a refused request on
+    # another pipeline (vllm_omni_router_max_retries = 2) and its health check takes the pipeline out.
+    # Only requests the killed process was already answering can fail: at most the load's concurrency.
+    assert report["failed"] <= 4, report
+    assert report["ok"] > 200, report
+
+
+def test_port_in_use_is_refused_by_preflight_and_the_running_version_keeps_serving(two_hosts):
+    squatter = subprocess.Popen([*LAB, "exec", "lab-2", "--", "python3", "-m", "http.server", "9191",
+                                 "--bind", "0.0.0.0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        moved = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"}, vllm_omni_api_port_base=9191)
+        result = playbook("deploy.yml", moved, check=False)
+        assert result.returncode != 0
+        assert "port 9191 (omni0 api): already in use by python3" in result.stdout
+        assert "Preflight | stop on failed checks (nothing has been changed)" in result.stdout
+        assert "TASK [vllm_omni.serve.engine" not in result.stdout
+        assert on("lab-2", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.12:8091/health") == "200"
+    finally:
+        squatter.terminate()
+        on("lab-2", "pkill -f 'http.server 9191' || true")
+
+
+def test_nearly_full_disk_is_refused_by_preflight(two_hosts):
+    on("lab-2", "mkdir -p /srv/small && mount -t tmpfs -o size=20m tmpfs /srv/small")
+    try:
+        moved = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"}, vllm_omni_install_root="/srv/small/vllm-omni")
+        result = playbook("deploy.yml", moved, check=False)
+        assert result.returncode != 0
+        assert "FAIL disk venvs: 0.0 GiB free under /srv/small, need 1 GiB" in result.stdout
+        assert on("lab-2", "ls /srv/small").strip() == ""
+        assert on("lab-2", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.12:8091/health") == "200"
+    finally:
+        on("lab-2", "umount /srv/small")
+
+
+def test_corrupted_venv_is_named_and_rebuilt_while_the_pipelines_serve(two_hosts):
+    venv = "/opt/vllm-omni/venvs/xpyd-sim-0.5.0"
+    current = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"})
+    playbook("upgrade.yml", current)  # the state the earlier tests leave; a no-op when they ran
+    on("lab-2", f"rm -f {venv}/lib/python3.*/site-packages/xpyd_sim/server.py")
+    load = Load()
+    result = playbook("deploy.yml", current)
+    report = load.report()
+    flat = " ".join(result.stdout.split())
+    assert f"{venv} is damaged (1 missing:" in flat and "xpyd_sim/server.py" in flat, flat[-3000:]
+    assert on("lab-2", f"ls {venv}/lib/python3.*/site-packages/xpyd_sim/server.py").strip()
+    assert report["failed"] == 0, report
+
+
+def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
+    changed = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "3"})
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    run = subprocess.Popen(["ansible-playbook", "playbooks/deploy.yml", "-i", str(LAB_INVENTORY), "-i", str(changed)],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    for line in run.stdout:
+        output.append(line)
+        if "TASK [vllm_omni.serve.mooncake" in line and not any("poweroff" in o for o in output):
+            lab("poweroff", "lab-2")
+            output.append("poweroff\n")
+    run.wait()
+    text = "".join(output)
+    Path("/tmp/vllm-omni-host-lost.log").write_text(text)
+    assert run.returncode != 0
+    hosts = recap(text)
+    print(f"\nhost lost mid-deploy: {hosts}")
+    assert hosts["lab-2"]["unreachable"] + hosts["lab-2"]["failed"] >= 1
+    assert hosts["lab-1"]["failed"] == 0 and hosts["lab-1"]["unreachable"] == 0
+    assert env_mark("lab-1", "omni0") == 'ROLLOUT_MARK="3"'  # lab-1 converged
+    lab("up", "--hosts", "2")  # boots lab-2 again, its disk as it was
+    playbook("deploy.yml", changed)
+    assert env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="3"'

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _engine_data, _placement, _services, _stage_config
+from . import _engine_data, _firewall, _hardening, _placement, _services, _stage_config
 from ._settings import (
     BY_NAME,
     COMPUTED_FACTS,
@@ -45,6 +45,8 @@ from ._stages import (
 
 PLAN_SCHEMA = 1
 SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+# The engine user's home: its caches (vLLM, Triton, torch) and working directory.
+ENGINE_HOME = "/var/lib/vllm-omni"
 # Per-pipeline systemd drop-in (EnvironmentFile + exact ExecStart) under <unit>.d/.
 PIPELINE_DROPIN = "10-pipeline.conf"
 ENGINE_GROUP = "vllm_omni"
@@ -690,6 +692,9 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
             if host in plan["hosts"]:
                 plan["hosts"][host]["listen_ports"].extend(ranges)
     plan["reserved_ports"] = {host: _port_list(ranges) for host, ranges in sorted(_all_listen_ports(plan).items())}
+    plan["hardening"] = _hardening.unit_hardening(plan["backend"]["name"], plan["paths"]["engine_home"],
+                                                  plan["paths"]["hf_home"])
+    plan["firewall"] = _firewall.firewall_plan(settings, _all_listen_ports(plan), ips)
     ephemeral = sorted({f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
                         for ranges in _all_listen_ports(plan).values() for r in ranges
                         if r["first"] <= EPHEMERAL_PORTS[1] and r["last"] >= EPHEMERAL_PORTS[0]})
@@ -811,6 +816,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         "paths": {
             "install_root": root,
             "unit_dir": SYSTEMD_UNIT_DIR,
+            "engine_home": ENGINE_HOME,
             # every pipeline is an instance of this template unit, with its own drop-in
             "engine_unit_template": f"{SYSTEMD_UNIT_DIR}/vllm-omni@.service",
             "config_root": settings["vllm_omni_config_root"],

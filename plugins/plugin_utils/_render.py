@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _observability, _yaml
+from . import _firewall, _observability, _yaml
 from ._planner import PIPELINE_DROPIN as DROPIN_FILE
 
 STAGE_CONFIG = "stage_config.yaml"
@@ -63,6 +63,19 @@ def systemd_word(word: str) -> str:
         return word
     escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{escaped}"'
+
+
+def directives_text(entries: list[dict]) -> str:
+    """systemd [Service] lines for the plan's hardening entries; a dropped directive stays as a comment."""
+    lines = []
+    for entry in entries:
+        if entry["why"]:
+            lines.append(f"# {entry['directive']}: {entry['why']}")
+        if entry["value"] is None:
+            lines.append(f"# {entry['directive']} not set")
+        else:
+            lines.append(f"{entry['directive']}={entry['value']}")
+    return "\n".join(lines)
 
 
 def dropin_text(pipeline: dict) -> str:
@@ -128,6 +141,8 @@ def render_tree(plan: dict) -> dict[str, str]:
     targets_dir = (plan.get("monitoring") or {}).get("targets_dir", "/etc/prometheus/vllm-omni")
     for path, text in _observability.prometheus_files(plan, targets_dir).items():
         tree[f"prometheus/{path}"] = text
+    for host in plan.get("firewall", {}).get("per_host", {}):
+        tree[f"{host}/firewall.nft"] = _firewall.ruleset_text(plan, host)
     cache: dict[int, str] = {}
     for host, host_plan in plan["hosts"].items():
         for pipeline in host_plan["pipelines"]:

@@ -233,6 +233,31 @@ def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[st
     return items
 
 
+def check_cidr_list(value: Any, name: str) -> list[str]:
+    """Client networks (IPv4 or IPv6), written as networks: host bits set are a typo, not a network."""
+    example = f'{name}: ["10.0.0.0/16", "192.168.1.20/32"]'
+    if not isinstance(value, (list, tuple)):
+        raise SettingError(f"must be a list of networks, got {type_name(value)} {show(value)}",
+                           f"write a YAML list, e.g. {example}")
+    networks = []
+    for item in value:
+        if not isinstance(item, str):
+            raise SettingError(f"holds {show(item)} ({type_name(item)}), not a network string",
+                               f"write each network quoted, e.g. {example}")
+        try:
+            network = ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            raise SettingError(f"holds {show(item)}, which is not a network like 10.0.0.0/16",
+                               f"write networks as address/prefix, e.g. {example}") from None
+        if str(network) != item.strip() and str(network.network_address) != item.strip():
+            raise SettingError(f"holds {show(item)}, which has host bits set (the network is {network})",
+                               f'write "{network}", or "{item.split("/")[0]}/{network.max_prefixlen}" for one host')
+        networks.append(str(network))
+    if len(set(networks)) != len(networks):
+        raise SettingError("lists a network twice", "list every network once")
+    return networks
+
+
 ENV_NAME = r"[A-Z_][A-Z0-9_]{0,127}"
 ENV_VALUE = r"[A-Za-z0-9_.,:/=@+% -]{0,1024}"
 
@@ -406,6 +431,19 @@ SETTINGS: tuple[Setting, ...] = (
             "Require an API key on every request (enforced by the engines; clients send it through the router). "
             "false only for closed test networks.",
             check_bool),
+    # Firewall role (nftables): only the ports of the plan, nothing else on the host.
+    Setting("vllm_omni_firewall_enabled", DEPLOYMENT, True, "bool",
+            "Install the nftables table `inet vllm_omni`: engine API, bootstrap and Mooncake ports (and the "
+            "master's) accept only inventory hosts; the router port also accepts vllm_omni_router_client_cidrs, "
+            "the Prometheus port vllm_omni_monitoring_client_cidrs. Other ports are not touched.",
+            check_bool),
+    Setting("vllm_omni_router_client_cidrs", DEPLOYMENT, [], "list of networks",
+            "Client networks allowed to reach the router's API port (besides the inventory hosts). Empty: only "
+            "the inventory hosts can. The router's admin endpoints share that port and have no authentication.",
+            check_cidr_list),
+    Setting("vllm_omni_monitoring_client_cidrs", DEPLOYMENT, [], "list of networks",
+            "Networks allowed to reach Prometheus (and the router's metrics port) besides the inventory hosts.",
+            check_cidr_list),
     Setting("vllm_omni_api_key", SECRET, None, "string (vault)",
             "The API key clients must send (`Authorization: Bearer ...`). Keep it in Ansible Vault; it is written only "
             "to the hosts' 0640 engine.env, never to the plan or the render directory.",

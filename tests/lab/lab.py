@@ -285,6 +285,10 @@ def write_inventory(hosts: list[tuple[str, str]]) -> None:
         f"    ansible_ssh_private_key_file: {KEY}",
         f"    ansible_ssh_common_args: -o UserKnownHostsFile={KNOWN_HOSTS} -o StrictHostKeyChecking=yes",
         "    ansible_python_interpreter: /usr/bin/python3",
+        "    # The controller's bridge address: the demo, tests and benchmarks call the router and",
+        "    # Prometheus from here, so the firewall lets it in (other non-inventory addresses stay out).",
+        f"    vllm_omni_router_client_cidrs: [{CONTROLLER_IP}/32]",
+        f"    vllm_omni_monitoring_client_cidrs: [{CONTROLLER_IP}/32]",
         "  hosts:",
     ]
     for name, ip in hosts:

@@ -1,0 +1,101 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""systemd sandboxing for every unit the collection installs, and what the real engine needs relaxed.
+
+Every service already runs as its own non-root user. On top, the units get the sandbox below;
+``systemd-analyze security`` scores are recorded in docs/security.md. The router, Mooncake master and
+the simulator stand-in run under the full set in the lab. The real engine (GPU) gets a relaxed set:
+upstream vLLM issue #12474 reports the engine failing to start ("Engine process failed to start")
+under a naively hardened unit. Each relaxation below names what of the engine needs it; the relaxed
+set is derived from how the engine uses devices, JIT and netlink and has not been run on a GPU here.
+"""
+
+from __future__ import annotations
+
+# (directive, value). Order is the unit file's order.
+BASE = (
+    ("NoNewPrivileges", "yes"),
+    ("ProtectSystem", "strict"),
+    ("ProtectHome", "yes"),
+    ("PrivateTmp", "yes"),
+    ("PrivateDevices", "yes"),
+    ("ProtectKernelTunables", "yes"),
+    ("ProtectKernelModules", "yes"),
+    ("ProtectKernelLogs", "yes"),
+    ("ProtectControlGroups", "yes"),
+    ("ProtectClock", "yes"),
+    ("ProtectHostname", "yes"),
+    ("ProtectProc", "invisible"),
+    ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+    ("RestrictNamespaces", "yes"),
+    ("RestrictRealtime", "yes"),
+    ("RestrictSUIDSGID", "yes"),
+    ("LockPersonality", "yes"),
+    ("MemoryDenyWriteExecute", "yes"),
+    ("RemoveIPC", "yes"),
+    ("SystemCallArchitectures", "native"),
+    ("SystemCallFilter", "@system-service"),
+    ("SystemCallFilter", "~@privileged"),
+    ("CapabilityBoundingSet", ""),
+    ("AmbientCapabilities", ""),
+    ("UMask", "0027"),
+)
+
+# What the real vLLM-Omni engine on GPUs needs instead. directive -> (value or None to drop, why).
+ENGINE_RELAXED = {
+    "PrivateDevices": ("no", "the engine opens /dev/nvidia*, /dev/nvidia-uvm and, for RDMA, /dev/infiniband/*"),
+    "MemoryDenyWriteExecute": (None, "Triton, torch.compile and CUDA's PTX JIT map writable+executable memory"),
+    "RestrictAddressFamilies": ("AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+                                "NCCL and rdma-core enumerate interfaces and RDMA devices over netlink"),
+    "SystemCallFilter": (None, "the CUDA driver and NCCL use ioctls and calls outside @system-service; "
+                               "no filter has been verified on a GPU host"),
+}
+
+# Every pipeline of a host runs as the one engine user: RemoveIPC on one pipeline's stop would remove
+# the shared memory of all the others (it removes every IPC object of the user), so no engine unit has it.
+SHARED_USER_RELAXED = {
+    "RemoveIPC": (None, "all pipelines run as one user; removing that user's IPC objects when one pipeline "
+                        "stops would break the others"),
+}
+
+# The firewall loader runs nft as root: it keeps CAP_NET_ADMIN and netlink, nothing else.
+FIREWALL_RELAXED = {
+    "CapabilityBoundingSet": ("CAP_NET_ADMIN", "nft changes the kernel's ruleset over netlink"),
+    "RestrictAddressFamilies": ("AF_UNIX AF_NETLINK", "nft talks to the kernel over netlink only"),
+}
+
+
+def directives(writable: list[str], relaxed: dict | None = None) -> list[dict]:
+    """Ordered ``{"directive", "value", "why"}`` entries for one unit; ``writable`` -> ReadWritePaths.
+
+    A relaxed directive appears once, with its new value, or with value None (left out; the unit
+    shows it as a comment with the reason).
+    """
+    relaxed = relaxed or {}
+    entries, seen = [], set()
+    for directive, value in BASE:
+        if directive not in relaxed:
+            entries.append({"directive": directive, "value": value, "why": ""})
+        elif directive not in seen:
+            seen.add(directive)
+            new_value, why = relaxed[directive]
+            entries.append({"directive": directive, "value": new_value, "why": why})
+    if writable:
+        # "-": a path that does not exist yet (no model staged) must not stop the unit from starting.
+        entries.append({"directive": "ReadWritePaths", "value": " ".join(f"-{p}" for p in sorted(set(writable))),
+                        "why": "the service's own state and model cache; everything else is read-only"})
+    return entries
+
+
+def unit_hardening(backend: str, engine_home: str, hf_home: str) -> dict:
+    """The plan's ``hardening`` section: directives per unit kind."""
+    engine_writable = [engine_home, hf_home]
+    return {
+        "engine": directives(engine_writable,
+                             {**SHARED_USER_RELAXED, **(ENGINE_RELAXED if backend == "engine" else {})}),
+        "router": directives([]),
+        "mooncake_master": directives([]),
+        "firewall": directives([], FIREWALL_RELAXED),
+    }

@@ -1,0 +1,166 @@
+"""Firewall and unit sandboxing on the local lab (simulator backend, real router and Mooncake master; needs root).
+
+Three machines: lab-1 (one engine pipeline, the router and the Mooncake master), lab-2 (one engine
+pipeline) and lab-3, which is on the same bridge but NOT in the deployment's
+inventory: the outsider. The controller (10.77.0.1) is a configured router client (the lab inventory
+sets vllm_omni_router_client_cidrs to it) but not an inventory peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_lab import lab, on, playbook, scenario
+
+REPO = Path(__file__).resolve().parents[2]
+REPORTS = Path.home() / ".cache" / "vllm-omni-serve" / "reports"
+KEY = "security-test-key-0123456789abcdef"
+ENGINES = {"lab-1": "10.77.0.11", "lab-2": "10.77.0.12"}
+OUTSIDER = "lab-3"
+UNITS = {"lab-1": ["vllm-omni@omni0", "vllm-omni-router", "mooncake-master", "vllm-omni-firewall"],
+         "lab-2": ["vllm-omni@omni0", "vllm-omni-firewall"]}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
+
+
+def inventory(tmp_path_factory, **group_vars) -> Path:
+    groups = {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]}, "lab-2": {"vllm_omni_gpus": [0, 1, 2]}}},
+              "vllm_omni_router": {"hosts": {"lab-1": None}}}
+    return scenario(tmp_path_factory.mktemp("inventory"), groups,
+                    {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+                     "vllm_omni_api_key": KEY, "vllm_omni_mooncake_master_enabled": True, **group_vars})
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    lab("up", "--hosts", "3")
+    playbook("deploy.yml", inventory(tmp_path_factory))
+    yield tmp_path_factory
+    lab("down")
+
+
+def reaches(source: str, address: str, port: int) -> bool:
+    """Whether a TCP connection from lab machine ``source`` to address:port is accepted (2 s timeout)."""
+    probe = ("import socket,sys\ns=socket.socket();s.settimeout(2)\n"
+             f"try:\n s.connect(('{address}',{port}));print('OPEN')\nexcept OSError as e:\n print('SHUT',e)")
+    return on(source, f"python3 -c \"{probe}\"").startswith("OPEN")
+
+
+def controller_get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 - lab address
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
+def test_engine_bootstrap_and_mooncake_ports_answer_peers_only(deployed):
+    # lab-2 is a peer: it reaches lab-1's engine API, bootstrap and Mooncake range.
+    assert reaches("lab-2", ENGINES["lab-1"], 8091)
+    # lab-3 is on the same network but not in the inventory: every planned port is closed to it...
+    for host, address in ENGINES.items():
+        for port in (8091, 8998, 16000):
+            assert not reaches(OUTSIDER, address, port), f"{OUTSIDER} reached {host}:{port}"
+    assert not reaches(OUTSIDER, ENGINES["lab-1"], 50051), "the Mooncake master's RPC port is open to a non-peer"
+    # ...and ports the plan does not own are not touched (sshd).
+    assert reaches(OUTSIDER, ENGINES["lab-1"], 22)
+    drops = on("lab-1", "nft list chain inet vllm_omni input")
+    assert re.search(r"tcp dport 8091 counter packets [1-9]\d* bytes \d+ drop", drops), drops
+
+
+def test_router_port_answers_configured_clients_and_peers_only(deployed):
+    assert controller_get("http://10.77.0.11:8000/health") == 200  # the controller is a configured client
+    assert controller_get("http://10.77.0.11:8091/health") == 0  # but not a peer: the engine stays closed
+    assert reaches("lab-2", ENGINES["lab-1"], 8000)
+    assert not reaches(OUTSIDER, ENGINES["lab-1"], 8000)
+
+
+def test_the_table_comes_back_when_nftables_service_reloads_or_restarts(deployed):
+    for action in ("restart", "reload"):
+        on("lab-1", f"systemctl {action} nftables; sleep 1")
+        assert "table inet vllm_omni" in on("lab-1", "nft list tables"), f"nftables {action} dropped our table"
+    assert not reaches(OUTSIDER, ENGINES["lab-1"], 8091)
+
+
+def test_units_are_sandboxed_and_everything_still_serves(deployed):
+    exposure = {}
+    for host, units in UNITS.items():
+        for unit in units:
+            assert on(host, f"systemctl is-active {unit}").strip() == "active", f"{host}: {unit} not active"
+            score = on(host, f"systemd-analyze security {unit} 2>&1 | tail -1")
+            match = re.search(r"exposure level for \S+: (\d+\.\d+)", score)
+            assert match, score
+            exposure[f"{host}/{unit}"] = float(match.group(1))
+            assert exposure[f"{host}/{unit}"] <= 2.0, f"{unit}: {score}"
+            if unit == "vllm-omni-firewall":
+                continue  # a oneshot: nothing left running to inspect
+            pid = on(host, f"systemctl show -p MainPID --value {unit}").strip()
+            status = on(host, f"grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/{pid}/status")
+            assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status and "CapEff:\t0000000000000000" in status, \
+                f"{host} {unit} (pid {pid}): {status} " + on(host, f"systemctl show -p NRestarts,SubState {unit}")
+            user = on(host, f"stat -c %U /proc/{pid}").strip()
+            assert user and user != "root", f"{unit} runs as {user!r}"
+            # ProtectSystem=strict: the venv and /etc are read-only to the service.
+            ro = on(host, f"nsenter -t {pid} -m sh -c 'touch /etc/probe /opt/vllm-omni/probe' 2>&1")
+            assert ro.count("Read-only file system") == 2, ro
+    # The real engine's relaxed profile, analysed as a unit file (it cannot run without a GPU).
+    profile = subprocess.run([sys.executable, "-c", ENGINE_PROFILE], capture_output=True, text=True, check=True,
+                             cwd=REPO).stdout
+    subprocess.run([*LAB_EXEC, "lab-1", "--", "sh", "-c",
+                    "cat > /etc/systemd/system/vomni-engine-profile.service && systemctl daemon-reload"],
+                   input=profile, text=True, check=True)
+    score = on("lab-1", "systemd-analyze security vomni-engine-profile 2>&1 | tail -1; "
+                        "rm /etc/systemd/system/vomni-engine-profile.service; systemctl daemon-reload")
+    exposure["engine backend (GPU), unit file only"] = float(re.search(r": (\d+\.\d+)", score).group(1))
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "security-exposure.json").write_text(json.dumps(exposure, indent=1, sort_keys=True) + "\n")
+    # And they still serve: a real chat completion through the router, from a configured client.
+    request = urllib.request.Request(
+        "http://10.77.0.11:8000/v1/chat/completions", method="POST",
+        data=json.dumps({"model": "qwen3-omni", "messages": [{"role": "user", "content": "hi"}],
+                         "max_tokens": 8}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - lab address
+        assert json.loads(response.read())["choices"][0]["message"]["content"]
+    assert "ok" in on("lab-1", "curl -s http://10.77.0.11:9003/health")
+
+
+def test_secrets_stay_in_0640_env_files_and_out_of_the_plan(deployed):
+    listing = on("lab-1", "stat -c '%a %U %G' /etc/vllm-omni/omni0/engine.env")
+    assert listing.strip() == "640 root vllm-omni", listing
+    assert KEY in on("lab-1", "cat /etc/vllm-omni/omni0/engine.env")
+    render = deployed.mktemp("render")
+    playbook("render.yml", inventory(deployed), "-e", f"vllm_omni_render_dir={render}/out")
+    for path in (render / "out").rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(), f"{path} holds the API key"
+
+
+def test_disabling_the_firewall_removes_only_our_table(deployed):
+    playbook("deploy.yml", inventory(deployed, vllm_omni_firewall_enabled=False))
+    assert "vllm_omni" not in on("lab-1", "nft list tables")
+    assert "table inet filter" in on("lab-1", "nft list tables")  # the host's own ruleset stays
+    assert reaches(OUTSIDER, ENGINES["lab-1"], 8091)
+    playbook("deploy.yml", inventory(deployed))
+    assert not reaches(OUTSIDER, ENGINES["lab-1"], 8091)
+
+
+LAB_EXEC = [sys.executable, str(REPO / "tests" / "lab" / "lab.py"), "exec"]
+ENGINE_PROFILE = """
+import sys
+sys.path.insert(0, ".collection")
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._hardening import unit_hardening
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import directives_text
+entries = unit_hardening("engine", "/var/lib/vllm-omni", "/var/lib/vllm-omni/hf")["engine"]
+print("[Service]\\nType=oneshot\\nUser=vllm-omni\\nExecStart=/bin/true\\n" + directives_text(entries))
+"""

@@ -417,6 +417,10 @@ def _service_ranges(settings: dict, router: bool, master: bool,
     return ranges
 
 
+def _show_range(ports: tuple[int, int] | list[int]) -> str:
+    return str(ports[0]) if ports[0] == ports[1] else f"{ports[0]}-{ports[1]}"
+
+
 def _check_ports(host: str, ranges: list, problems: _Problems, count: int = 0) -> bool:
     """Every port range on one host inside 1024-65535 and apart from every other."""
     ok = True
@@ -429,10 +433,12 @@ def _check_ports(host: str, ranges: list, problems: _Problems, count: int = 0) -
     for i, (label_a, name_a, range_a) in enumerate(ranges):
         for label_b, name_b, range_b in ranges[i + 1:]:
             if _ranges_overlap(range_a, range_b):
-                on_host = f" ({count} pipelines on this host)" if count else ""
+                # The pipeline count matters only when a range grows with it.
+                on_host = f" ({count} pipelines on this host)" if count and (
+                    range_a[0] != range_a[1] or range_b[0] != range_b[1]) else ""
                 problems.add(_host_where(host), f"{name_a} / {name_b}",
-                             f"collide: {label_a} {range_a[0]}-{range_a[1]} overlap {label_b} "
-                             f"{range_b[0]}-{range_b[1]}{on_host}",
+                             f"collide: {label_a} {_show_range(range_a)} and {label_b} "
+                             f"{_show_range(range_b)} overlap{on_host}",
                              f"move {name_b} so the ranges do not overlap")
                 ok = False
     return ok

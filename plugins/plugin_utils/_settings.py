@@ -223,6 +223,16 @@ def check_abs_path(value: Any, name: str) -> str:
     return path
 
 
+def check_model(value: Any, name: str) -> str:
+    model = check_str(value, name, MODEL_PATTERN, "a Hugging Face id org/name or an absolute path",
+                      "Qwen/Qwen3-Omni-30B-A3B-Instruct")
+    # A path names exactly the directory the engine reads: no '..' or '.' parts. (An id's parts start
+    # with a letter or digit, so only paths can have them.)
+    if model.startswith("/") and ("/../" in model + "/" or "/./" in model + "/"):
+        raise SettingError(f"{show(value)} contains '..' or '.' parts", "write the model directory's plain absolute path")
+    return model
+
+
 def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise SettingError(f"must be a list of {what}, got {type_name(value)} {show(value)}",
@@ -331,8 +341,7 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v, n: check_str(v, n, r"\d+\.\d+\.\d+", "a version like 0.26.0", "0.26.0")),
     Setting("vllm_omni_model", DEPLOYMENT, "Qwen/Qwen3-Omni-30B-A3B-Instruct", "string",
             "Hugging Face repository id (`org/name`) or absolute path of the model on the hosts.",
-            lambda v, n: check_str(v, n, MODEL_PATTERN, "a Hugging Face id org/name or an absolute path",
-                                   "Qwen/Qwen3-Omni-30B-A3B-Instruct")),
+            check_model),
     Setting("vllm_omni_served_model_name", DEPLOYMENT, None, "string",
             "Model name clients send in requests (`--served-model-name`).",
             lambda v, n: check_str(v, n, r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}", "a model name", "qwen3-omni"),

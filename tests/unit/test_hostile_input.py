@@ -1,0 +1,123 @@
+"""Hostile and bad input (tests/unit/hostile/cases.yml): one clear error, no host touched, no file written.
+
+Each case is written as a real inventory directory and goes through three doors:
+
+* the planner, fed by Ansible's own inventory loader: exactly one problem, naming where (host or
+  "all hosts"), the variable and the fix, in that order;
+* ``playbooks/render.yml``: fails with that same problem line, no Python traceback, and the render
+  directory is never created;
+* ``playbooks/deploy.yml``: fails on the controller with that problem line before any play reaches a
+  host: the recap lists localhost only and nothing is unreachable (the hosts' addresses are made
+  up, so any attempt to touch one would show).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+from testlib import load_ansible_inventory
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+
+CASES = yaml.safe_load((Path(__file__).parent / "hostile" / "cases.yml").read_text())
+BASE_HOSTS = {"gpu-a": {"ansible_host": "10.20.0.11", "vllm_omni_gpus": list(range(8))},
+              "gpu-b": {"ansible_host": "10.20.0.12", "vllm_omni_gpus": list(range(8))}}
+HEADER = "vllm_omni.serve: the inventory has 1 problem; nothing was changed."
+
+
+def write_inventory(case: dict, directory: Path) -> Path:
+    hosts = copy.deepcopy(case.get("hosts", BASE_HOSTS))
+    for host, host_vars in (case.get("host_vars") or {}).items():
+        hosts.setdefault(host, {}).update(host_vars)
+    children = {"vllm_omni": {"hosts": hosts, "vars": case.get("vars", {})}}
+    for group, members in (case.get("groups") or {}).items():
+        children[group] = {"hosts": members}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": children}}, allow_unicode=True))
+    return path
+
+
+def problem_line(case: dict) -> str:
+    """The one problem line for ``case``; asserts there is exactly one and it reads where -> what -> fix."""
+    with pytest.raises(PlanError) as caught:
+        build_plan(load_ansible_inventory(write_inventory(case, Path(os.environ["HOSTILE_TMP"]) / case["id"])))
+    message = str(caught.value)
+    assert message.startswith(HEADER), message
+    lines = message.splitlines()[1:]
+    assert len(lines) == 1, message
+    line = lines[0]
+    position = 0
+    for fragment in case["error"]:
+        found = line.find(fragment, position)
+        assert found >= 0, f"{fragment!r} not found (in order) in: {line}"
+        position = found + len(fragment)
+    assert " -> " in line, f"no fix given: {line}"
+    return line.strip().removeprefix("- ")
+
+
+def run_playbook(playbook: str, inventory: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           # Any SSH attempt would fail fast and show as UNREACHABLE.
+           "ANSIBLE_TIMEOUT": "2"}
+    return subprocess.run(["ansible-playbook", f"playbooks/{playbook}", "-i", str(inventory), *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def playbook_runs(tmp_path_factory):
+    """Every case through render.yml and deploy.yml, two at a time (ansible-playbook is mostly start-up)."""
+    root = tmp_path_factory.mktemp("hostile")
+
+    def both(case):
+        inventory = write_inventory(case, root / case["id"] / "inventory")
+        render_dir = root / case["id"] / "render"
+        render = run_playbook("render.yml", inventory, "-e", f"vllm_omni_render_dir={render_dir}")
+        deploy = run_playbook("deploy.yml", inventory)
+        return case["id"], {"render": render, "deploy": deploy, "render_dir": render_dir}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(both, CASES))
+
+
+@pytest.fixture(autouse=True)
+def _tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOSTILE_TMP", str(tmp_path))
+
+
+def test_the_table_is_big_and_every_case_is_distinct():
+    ids = [case["id"] for case in CASES]
+    assert len(ids) >= 40
+    assert len(set(ids)) == len(ids)
+    inputs = [yaml.safe_dump({k: v for k, v in case.items() if k not in ("id", "error")}) for case in CASES]
+    assert len(set(inputs)) == len(inputs), "two cases feed the same inventory"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_planner_gives_one_clear_error(case):
+    problem_line(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_render_and_deploy_stop_on_the_controller_with_that_error(case, playbook_runs):
+    line = problem_line(case)
+    runs = playbook_runs[case["id"]]
+    for name in ("render", "deploy"):
+        result = runs[name]
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, f"{name}.yml accepted {case['id']}"
+        assert line in output, f"{name}.yml did not print the problem line {line!r}:\n{output[-3000:]}"
+        # One failed task (Ansible 2.19 shows it twice: as an [ERROR] line and as the task's result).
+        assert output.count("fatal: [") == 1 and "failed=1" in output.split("PLAY RECAP")[-1], output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        recap = output.split("PLAY RECAP")[-1]
+        assert [row.split()[0] for row in recap.splitlines() if "ok=" in row] == ["localhost"], recap
+        assert "UNREACHABLE" not in output and "unreachable=0" in recap, recap
+    assert not runs["render_dir"].exists(), "render.yml wrote a directory for a refused inventory"

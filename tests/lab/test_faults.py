@@ -19,6 +19,15 @@ import pytest
 from test_lab import LAB, LAB_INVENTORY, REPO, lab, on, playbook, recap, scenario, started_at
 
 KEY_FILE = Path("/tmp/vllm-omni-faults.key")
+REPORT = Path.home() / ".cache" / "vllm-omni-serve" / "reports" / "faults.json"
+
+
+def record(name: str, **measured) -> None:
+    """Keep what a fault test measured (docs/benchmarks.md quotes these) in the reports directory."""
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    found = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
+    found[name] = {**measured, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    REPORT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
 ROUTER = "http://10.77.0.11:8000"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
@@ -77,7 +86,7 @@ def test_rolling_upgrade_under_load_drops_no_request(two_hosts):
         assert env_mark(host, pipeline) == 'ROLLOUT_MARK="1"'
         assert started_at(host, f"vllm-omni@{pipeline}") != when, f"{host}/{pipeline} was not restarted"
     assert json.loads(on("lab-1", f"curl -s {ROUTER}/list_workers"))["urls"].__len__() == 3
-    print(f"\nrolling upgrade of 3 pipelines: {seconds:.0f} s; load: {report}")
+    record("rolling_upgrade", seconds=round(seconds, 1), load=report)
     assert "Upgrade | drain" in result.stdout
 
 
@@ -86,6 +95,7 @@ def test_failed_upgrade_restores_the_pipeline_and_stops_the_rollout(two_hosts):
     broken = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "2", "XPYD_SIM_PROFILE": "/nonexistent/profile.yaml"})
     result = playbook("upgrade.yml", broken, "-e", '{"engine_health_timeout": 20}', check=False)
     report = load.report()
+    record("failed_upgrade", load=report)
     assert result.returncode != 0
     assert "The previous version was restored, is healthy and back in the router; the rollout stops here" in result.stdout
     assert report["failed"] == 0, report
@@ -109,7 +119,7 @@ def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):
         pytest.fail("systemd did not bring the killed pipeline back")
     time.sleep(5)
     report = load.report()
-    print(f"\nkill -9 under load: {report}")
+    record("kill_9", load=report)
     # New requests never reach the dead pipeline for long: the router retries a refused request on
     # another pipeline (vllm_omni_router_max_retries = 2) and its health check takes the pipeline out.
     # Only requests the killed process was already answering can fail: at most the load's concurrency.

@@ -68,6 +68,10 @@ python_version:
   description: The host's C(python3) version as major.minor.
   type: str
   returned: always
+nft:
+  description: Path of the C(nft) binary (the firewall role's tool), or null when it is not installed.
+  type: str
+  returned: always
 """
 
 import os
@@ -162,7 +166,8 @@ def main():
     python = out.strip() if rc == 0 else f"{sys.version_info[0]}.{sys.version_info[1]}"
     module.exit_json(changed=False, listening=listening, disk=disk, memlock_hard=memlock_hard(),
                      clock_synchronized=clock, rdma_devices=rdma, python_version=python,
-                     systemd=os.path.isdir("/run/systemd/system"))
+                     systemd=os.path.isdir("/run/systemd/system"),
+                     nft=module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]))
 
 
 if __name__ == "__main__":

@@ -143,6 +143,12 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
                                  f"(ibv_devices lists {devices})", "fix vllm_omni_mooncake_rdma_devices"))
         else:
             checks.append(_check("rdma", "ok", f"RDMA devices {devices}"))
+    if plan.get("firewall", {}).get("enabled"):
+        nft = facts.get("nft")
+        checks.append(_check("firewall", "ok" if nft else "warn",
+                             f"nft is installed ({nft})" if nft else "nft is not installed",
+                             "" if nft else "the firewall role installs nftables from the package mirror; on hosts "
+                             "without one, preinstall it, or set vllm_omni_firewall_enabled: false"))
     clock = facts.get("clock_synchronized")
     checks.append(_check("clock", "ok" if clock else "warn",
                          {True: "clock synchronised (NTP)", False: "clock NOT synchronised",

@@ -1,0 +1,116 @@
+"""The preflight judge: host facts against the plan, one check per concern, a fix for every non-ok."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import inventory
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._preflight import evaluate, summary_table
+
+GIB = 1024 ** 3
+
+
+def plan(**settings) -> dict:
+    return build_plan(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2, 3, 4, 5]},
+                                 "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}}, settings))
+
+
+def healthy_facts(**overrides) -> dict:
+    facts = {"systemd": True, "python_version": "3.11", "memlock_hard": "unlimited", "listening": [],
+             "clock_synchronized": True, "rdma_devices": None, "nft": "/usr/sbin/nft",
+             "disk": {"/opt/vllm-omni": {"checked": "/opt", "free_bytes": 500 * GIB},
+                      "/var/lib/vllm-omni/hf": {"checked": "/var", "free_bytes": 500 * GIB}}}
+    facts.update(overrides)
+    return facts
+
+
+GPU = {"driver_version": "570.1", "cuda_version": "12.8", "count": 8}
+
+
+def by_name(report: dict) -> dict:
+    return {check["check"]: check for check in report["checks"]}
+
+
+def test_a_healthy_host_is_ok_on_every_check():
+    report = evaluate(plan(), "gpu-a", healthy_facts(), GPU)
+    assert report["status"] == "ok", report
+    assert {"systemd", "python", "nvidia driver", "memlock", "ports", "firewall", "clock"} <= set(by_name(report))
+
+
+def test_no_systemd_fails_and_says_why():
+    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(systemd=False), GPU))["systemd"]
+    assert check["status"] == "fail" and "systemd unit" in check["fix"]
+
+
+def test_missing_driver_fails_for_the_engine_but_not_for_the_simulator():
+    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(), None))["nvidia driver"]["status"] == "fail"
+    simulator = plan(vllm_omni_engine_backend="simulator")
+    assert by_name(evaluate(simulator, "gpu-a", healthy_facts(), None))["nvidia driver"]["status"] == "ok"
+
+
+@pytest.mark.parametrize(("version", "status"), [("3.9", "fail"), ("3.14", "fail"), ("3.10", "ok"), ("3.13", "ok")])
+def test_python_range_for_the_engine(version, status):
+    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(python_version=version), GPU))["python"]["status"] == status
+
+
+def test_a_foreign_process_on_a_planned_port_fails_naming_it():
+    squatter = {"address": "0.0.0.0", "port": 8091, "process": "python3", "pid": 4242, "unit": None}
+    report = evaluate(plan(), "gpu-a", healthy_facts(listening=[squatter]), GPU)
+    check = by_name(report)["port 8091 (omni0 api)"]
+    assert check["status"] == "fail" and "python3 (pid 4242)" in check["detail"]
+    assert report["status"] == "fail"
+
+
+def test_our_own_unit_on_its_port_is_not_a_clash():
+    ours = {"address": "10.0.0.11", "port": 8091, "process": "vllm", "pid": 7, "unit": "vllm-omni@omni0.service"}
+    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(listening=[ours]), GPU))["ports"]["status"] == "ok"
+
+
+def test_a_socket_on_another_address_is_not_a_clash():
+    other = {"address": "192.168.5.5", "port": 8091, "process": "x", "pid": 9, "unit": None}
+    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(listening=[other]), GPU))["ports"]["status"] == "ok"
+
+
+def test_a_few_taken_mooncake_ports_warn_most_taken_fail():
+    def taken(count):
+        return [{"address": "0.0.0.0", "port": 16000 + i, "process": "x", "pid": 9, "unit": None}
+                for i in range(count)]
+    few = by_name(evaluate(plan(), "gpu-a", healthy_facts(listening=taken(3)), GPU))
+    many = by_name(evaluate(plan(), "gpu-a", healthy_facts(listening=taken(40)), GPU))
+    assert few["ports omni0 mooncake_rpc"]["status"] == "warn"
+    assert many["ports omni0 mooncake_rpc"]["status"] == "fail"
+
+
+def test_disk_short_for_the_model_cache_fails_with_the_need():
+    disk = {"/opt/vllm-omni": {"checked": "/opt", "free_bytes": 500 * GIB},
+            "/var/lib/vllm-omni/hf": {"checked": "/var", "free_bytes": 10 * GIB}}
+    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(disk=disk), GPU))["disk model cache (HF_HOME)"]
+    assert check["status"] == "fail" and "need 80 GiB" in check["detail"]
+
+
+def test_memlock_and_clock_only_warn():
+    report = evaluate(plan(), "gpu-a", healthy_facts(memlock_hard="65536", clock_synchronized=False), GPU)
+    assert report["status"] == "warn"
+    assert by_name(report)["memlock"]["status"] == "warn" and by_name(report)["clock"]["status"] == "warn"
+
+
+def test_firewall_without_nft_warns_and_a_disabled_firewall_is_not_checked():
+    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(nft=None), GPU))["firewall"]
+    assert check["status"] == "warn" and "vllm_omni_firewall_enabled: false" in check["fix"]
+    assert "firewall" not in by_name(evaluate(plan(vllm_omni_firewall_enabled=False), "gpu-a", healthy_facts(), GPU))
+
+
+def test_rdma_without_devices_fails_because_mooncake_would_fall_back_to_tcp():
+    rdma = plan(vllm_omni_mooncake_protocol="rdma", vllm_omni_mooncake_rdma_devices=["mlx5_0"])
+    assert by_name(evaluate(rdma, "gpu-a", healthy_facts(rdma_devices=[]), GPU))["rdma"]["status"] == "fail"
+    assert by_name(evaluate(rdma, "gpu-a", healthy_facts(rdma_devices=["mlx5_1"]), GPU))["rdma"]["status"] == "fail"
+    assert by_name(evaluate(rdma, "gpu-a", healthy_facts(rdma_devices=["mlx5_0"]), GPU))["rdma"]["status"] == "ok"
+
+
+def test_summary_lists_each_problem_with_its_fix():
+    reports = [evaluate(plan(), "gpu-a", healthy_facts(systemd=False), GPU), evaluate(plan(), "gpu-b", healthy_facts(), GPU)]
+    lines = summary_table(reports)
+    assert lines[0].startswith("gpu-a") and "FAIL" in lines[0]
+    assert any(line.strip().startswith("FAIL systemd:") and " -> " in line for line in lines)
+    assert any(line.startswith("gpu-b") and "OK" in line for line in lines)

@@ -4,7 +4,9 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-CACHE ?= $(HOME)/.cache/vllm-omni-serve
+# One knob for every cache: make, the tests, the lab, the roles' wheelhouse all read VLLM_OMNI_CACHE.
+CACHE ?= $(or $(VLLM_OMNI_CACHE),$(HOME)/.cache/vllm-omni-serve)
+export VLLM_OMNI_CACHE := $(CACHE)
 TOOLS := $(CACHE)/tools-$(shell sha256sum requirements/tools.txt | cut -c1-12)
 export PATH := $(TOOLS)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg

@@ -166,7 +166,8 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
                          {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0"})
     result = playbook("deploy.yml", inventory, "--tags", "mooncake,engine",
                       "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
-    assert "the installed engine accepts the candidate" in result.stdout
+    checked = result.stdout.split("Engine | the installed engine accepts each candidate")[1].split("TASK [")[0]
+    assert "ok: [lab-1] => (item=omni0)" in checked and "ok: [lab-1] => (item=omni1)" in checked, checked
     versions = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                             "'import importlib.metadata as m; print(m.version(\"vllm\"), m.version(\"vllm-omni\"))'")
     assert versions.split() == ["0.26.0", "0.26.0"]

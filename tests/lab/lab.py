@@ -235,6 +235,13 @@ def boot(name: str, merged: Path) -> None:
          "--rlimit=RLIMIT_NOFILE=1048576", "--rlimit=RLIMIT_MEMLOCK=infinity"],
         stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True)
     (base / "nspawn.pid").write_text(str(process.pid))
+    # Popen returns once the child is past exec's point of no return, but /proc/PID/cmdline reads
+    # empty until exec has finished loading systemd-nspawn: on a cold page cache (the first boot after
+    # building the rootfs) long enough for nspawn_pid() to take the machine for dead.
+    for _ in range(200):
+        if nspawn_pid(name) is not None or process.poll() is not None:
+            break
+        time.sleep(0.05)
 
 
 def wait_ready(name: str, ip: str, deadline: float) -> None:

@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: device-payload help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root); make demo-down"
@@ -94,6 +94,11 @@ lab-test: tools
 molecule: tools
 	env -u ANSIBLE_CONFIG molecule test -s default
 	env -u ANSIBLE_CONFIG molecule test -s multihost
+
+# What the real-GPU PD run carries to the device machine (docs/gpu-evidence.md): .device/, git-ignored.
+device-payload: tools
+	python -c 'import sys; sys.path[:0] = ["tests/conformance", "tests"]; import conftest; conftest.ensure_engine("0.26.0")'
+	ENGINE_PYTHON=$(CACHE)/engines/0.26.0/bin/python tests/device/prepare.sh
 
 clean:
 	rm -rf render .cache .pytest_cache .ruff_cache

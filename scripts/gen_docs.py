@@ -61,11 +61,12 @@ def variables_md() -> str:
         "",
         "| Value | Where it appears | Formula |",
         "| --- | --- | --- |",
-        "| GPU set of pipeline *i* | `CUDA_VISIBLE_DEVICES` | GPUs of `vllm_omni_gpus` in ascending order, "
-        "a slice of *gpus per pipeline* each; pd: 2 x TP + 1, aggregated: TP + 1 |",
+        "| GPU set of pipeline *i* | `CUDA_VISIBLE_DEVICES` | GPUs of `vllm_omni_gpus` in ascending order (topology-"
+        "aware with discovery), *gpus per pipeline* each; pd: 2 x TP + 1, aggregated: TP + 1; one less with "
+        "`vllm_omni_audio_output: false`; TP with `vllm_omni_share_gpus: true` |",
         "| stage `devices` | stage config | logical indices into the pipeline's GPU set (`CUDA_DEVICE_ORDER=PCI_BUS_ID`); "
         "pd: prefill `0..TP-1`, decode `TP..2TP-1`, talker and code2wav `2TP`; aggregated: thinker `0..TP-1`, "
-        "talker and code2wav `TP` |",
+        "talker and code2wav `TP`; shared GPUs: every thinker stage `0..TP-1`, talker and code2wav `0` |",
         "| tensor_parallel_size | stage config | `vllm_omni_tensor_parallel_size` on the thinker stages (prefill = "
         "decode), 1 elsewhere |",
         "| API port | `--port`, router worker URL | `vllm_omni_api_port_base` + *i* |",
@@ -75,7 +76,12 @@ def variables_md() -> str:
         "between a host's pipelines |",
         "| `kv_ip`, `VLLM_HOST_IP`, `--host` | stage config, environment, argv | `vllm_omni_ip` (default `ansible_host`) |",
         "| `engine_id` | stage config | `<host>-<pipeline>-prefill` / `-decode` |",
-        "| kv roles | stage config | prefill `kv_producer` (rank 0), decode `kv_consumer` (rank 1), `MooncakeConnector` |",
+        "| kv roles | stage config | prefill `kv_producer` (rank 0), decode `kv_consumer` (rank 1) |",
+        "| `kv_connector`, `kv_connector_module_path` | stage config | from the support table: the collection's "
+        "connector where the version needs it (0.26.0: `ServeMooncakeConnector` from `vllm_omni_serve_kv`, installed "
+        "into the engine venv by the engine role; docs/engine-facts.md), vLLM's `MooncakeConnector` otherwise |",
+        "| `gpu_memory_utilization` | stage config | the engine's own per stage; with `vllm_omni_share_gpus` the "
+        "planner's split (below) unless `vllm_omni_stage_engine_args` sets it |",
         "| config flag | argv | from the support table: `--stage-configs-path` (stage_args versions) or "
         "`--deploy-config` |",
         "| `HF_HUB_OFFLINE=1` | environment | when `vllm_omni_model_staging` is true |",
@@ -86,10 +92,28 @@ def variables_md() -> str:
         "`vllm_omni_stage_engine_args` and `vllm_omni_stage_sampling_params` map a stage role to values.",
         "",
     ]
-    for layout, roles in _stages.LAYOUT_ROLES.items():
+    for layout in _stages.LAYOUT_ROLES:
         aliases = _stages.ROLE_ALIASES.get(layout, {})
         alias_text = "".join(f"; `{a}` sets {' and '.join(t)}" for a, t in aliases.items())
-        lines.append(f"* layout `{layout}`: {', '.join(f'`{r}`' for r in roles)}{alias_text}")
+        for audio in (True, False):
+            roles = _stages.layout_roles(layout, audio)
+            shape = "" if audio else " with `vllm_omni_audio_output: false`"
+            lines.append(f"* layout `{layout}`{shape}: {', '.join(f'`{r}`' for r in roles)}{alias_text}")
+    lines += [
+        "",
+        "## Shared GPUs",
+        "",
+        "With `vllm_omni_share_gpus: true` every stage of a pipeline runs on its one tensor-parallel GPU group. Each "
+        "stage's engine claims `gpu_memory_utilization` of the whole GPU at start-up, so the planner gives each stage "
+        f"a share (the stages on one GPU may add up to at most {_stages.GPU_MEMORY_BUDGET}; this is checked for every "
+        "layout) unless `vllm_omni_stage_engine_args` sets one:",
+        "",
+        "| layout | audio output | shares |",
+        "| --- | --- | --- |",
+    ]
+    for (layout, audio), split in _stages.SHARED_GPU_MEMORY.items():
+        shares = ", ".join(f"{role} {share}" for role, share in split.items()) or "one stage: the engine's own"
+        lines.append(f"| `{layout}` | {'yes' if audio else 'no'} | {shares} |")
     lines += [
         "",
         "Engine arguments you may override: " + ", ".join(f"`{k}`" for k in sorted(_stages.ENGINE_ARGS)) + ".",

@@ -19,7 +19,9 @@ Per request it does what the engine does with the file before any device is touc
    and reports every stage's id, model stage, devices, tensor-parallel size and inputs; runs the
    engine's per-stage metadata extraction on legacy files (final_output keys, sampling
    defaults, input processors); for a prefill/decode file it runs the engine's own PD detection and validation
-   (``PDDisaggregationMixin``) and reports the pair and both bootstrap addresses;
+   (``PDDisaggregationMixin``) and reports the pair and both bootstrap addresses, and loads each
+   PD stage's KV connector class the way vLLM's ``KVConnectorFactory`` does (a CPU boot stops
+   before any connector exists);
 2. imports every dotted path the file and the resolved stages name (schedulers, input
    processors): stage processes import them only when they start on a GPU, so a CPU boot
    would never notice a path that does not exist.
@@ -163,6 +165,31 @@ def _pd_facts(stages: list, legacy: bool, answer: dict) -> None:
     kv = getattr(getattr(prefill, "engine_args", None), "kv_transfer_config", None)
     kv_ip = (getattr(kv, "kv_ip", None) if kv is not None else None) or "127.0.0.1"
     answer["runtime_bootstrap_addr"] = f"http://{kv_ip}:{vllm_envs.VLLM_MOONCAKE_BOOTSTRAP_PORT}"
+    _kv_connectors(stages, pair, answer)
+
+
+def _kv_connectors(stages: list, pair, answer: dict) -> None:
+    """The connector class each PD stage's engine would create, found the way vLLM finds it.
+
+    A CPU boot stops before any KV connector exists, so this is the only place a connector that
+    does not import (or is not installed in this venv) shows before a GPU host starts the stage.
+    """
+    from omegaconf import OmegaConf
+    from vllm.config import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    found = {}
+    for stage_id in pair:
+        kv = OmegaConf.to_container(stages[stage_id], resolve=True)["engine_args"]["kv_transfer_config"]
+        try:
+            cls = KVConnectorFactory.get_connector_class(KVTransferConfig(**kv))
+        except Exception as error:
+            answer["problems"].append(f"stage {stage_id}: vLLM cannot load kv_connector {kv.get('kv_connector')!r}"
+                                      f"{' from ' + kv['kv_connector_module_path'] if kv.get('kv_connector_module_path') else ''}"
+                                      f": {type(error).__name__}: {error}")
+            continue
+        found[str(stage_id)] = f"{cls.__module__}.{cls.__qualname__}"
+    answer["kv_connectors"] = found
 
 
 def _compare(answer: dict, request: dict) -> None:
@@ -189,6 +216,10 @@ def _compare(answer: dict, request: dict) -> None:
             if answer.get("runtime_bootstrap_addr") != f"http://{want['bootstrap']}":
                 answer["problems"].append(f"the orchestrator would hand decode {answer.get('runtime_bootstrap_addr')!r}, "
                                           f"not http://{want['bootstrap']} (VLLM_MOONCAKE_BOOTSTRAP_PORT mismatch?)")
+            for stage_id, loaded in (answer.get("kv_connectors") or {}).items():
+                if want.get("kv_connector") and loaded != want["kv_connector"]:
+                    answer["problems"].append(f"stage {stage_id}: vLLM would create {loaded}, the plan says "
+                                              f"{want['kv_connector']}")
 
 
 def check(request: dict) -> dict:

@@ -37,6 +37,9 @@ class EngineVersion:
     layouts: tuple[str, ...]
     pd_refused_because: str
     data: dict[str, Any]
+    # The collection's KV connector this version's PD stages load ({module, class, revision}), or
+    # None where vLLM's own connector works as vLLM-Omni needs.
+    kv_connector: dict[str, Any] | None = None
 
     @property
     def importables(self) -> frozenset[str]:
@@ -66,6 +69,7 @@ def support_table() -> dict[str, EngineVersion]:
             layouts=tuple(row["layouts"]),
             pd_refused_because=" ".join(str(row.get("pd_refused_because", "")).split()),
             data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
+            kv_connector=dict(row["kv_connector"]) if row.get("kv_connector") else None,
         )
     return rows
 
@@ -76,6 +80,10 @@ def supported_versions() -> list[str]:
 
 def versions_with_layout(layout: str) -> list[str]:
     return [v for v in supported_versions() if layout in support_table()[v].layouts]
+
+
+def versions_with_schema(schema: str) -> list[str]:
+    return [v for v in supported_versions() if support_table()[v].schema == schema]
 
 
 @functools.cache

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from ._stages import MODEL_STAGE
 
+# Where vLLM's own MooncakeConnector lives (vLLM 0.26).
+KV_CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector"
+
 
 def expected_stages(pipeline: dict) -> list[dict]:
     return [{"id": stage["id"], "model_stage": MODEL_STAGE[stage["role"]], "devices": stage["devices"],
@@ -18,4 +21,8 @@ def expected_stages(pipeline: dict) -> list[dict]:
 def expected_pd(pipeline: dict, plan: dict) -> dict:
     if plan["layout"] != "pd":
         return {"pair": None}
-    return {"pair": [0, 1], "bootstrap": f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"}
+    kv = pipeline["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"]
+    # The class vLLM's KVConnectorFactory must load for both PD stages.
+    connector = f"{kv.get('kv_connector_module_path') or KV_CONNECTOR_MODULE}.{kv['kv_connector']}"
+    return {"pair": [0, 1], "bootstrap": f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}",
+            "kv_connector": connector}

@@ -95,17 +95,19 @@ def _talker(pool: list[int], used: set[int], reader: int, topology: Topology) ->
     return free[0], TALKER_OFF_NODE_PENALTY
 
 
-def _best_pipeline(pool: list[int], tp: int, pd: bool, topology: Topology):
+def _best_pipeline(pool: list[int], tp: int, pd: bool, audio: bool, topology: Topology):
+    """Best (key, thinker groups, talker GPU or None); ``pd`` False also for a shared-GPU pipeline."""
     best = None
     for first in _candidates(pool, tp, topology):
         rest = [g for g in pool if g not in first]
         for second in (_candidates(rest, tp, topology) if pd else [()]):
             groups = [first, second] if pd else [first]
             used = set(first) | set(second)
-            talker, talker_penalty = _talker(pool, used, groups[-1][0], topology)
-            nodes = {topology.numa.get(g) for g in used | {talker}}
+            talker, talker_penalty = _talker(pool, used, groups[-1][0], topology) if audio else (None, 0)
+            everything = used | ({talker} if talker is not None else set())
+            nodes = {topology.numa.get(g) for g in everything}
             cost = _thinker_cost(topology, groups) + talker_penalty + (SPAN_PENALTY if len(nodes) > 1 else 0)
-            key = (cost, sorted(used | {talker}), first)
+            key = (cost, sorted(everything), first)
             if best is None or key < best[0]:
                 best = (key, groups, talker)
     return best
@@ -114,47 +116,56 @@ def _best_pipeline(pool: list[int], tp: int, pd: bool, topology: Topology):
 _CACHE: dict[str, list[dict]] = {}
 
 
-def place(gpus: list[int], count: int, tp: int, layout: str, facts: dict | None) -> list[dict]:
+def place(gpus: list[int], count: int, tp: int, layout: str, facts: dict | None, audio: bool = True,
+          share: bool = False) -> list[dict]:
     """``count`` pipelines on ``gpus``: each {"gpus": [thinker group(s)..., talker], "score", "explain"}.
 
+    ``audio`` False: no talker GPU. ``share``: one TP group per pipeline holds every stage.
     Identical hosts (same GPUs, same topology) are placed once per process.
     """
     if not facts or not facts.get("links"):
-        return _place(gpus, count, tp, layout, facts)
-    key = json.dumps([gpus, count, tp, layout, facts.get("links"), facts.get("nvlink_islands"),
+        return _place(gpus, count, tp, layout, facts, audio, share)
+    key = json.dumps([gpus, count, tp, layout, audio, share, facts.get("links"), facts.get("nvlink_islands"),
                       [(g["index"], g.get("numa_node")) for g in facts.get("gpus", [])]], sort_keys=True)
     if key not in _CACHE:
         if len(_CACHE) > 256:
             _CACHE.clear()
-        _CACHE[key] = _place(gpus, count, tp, layout, facts)
+        _CACHE[key] = _place(gpus, count, tp, layout, facts, audio, share)
     return copy.deepcopy(_CACHE[key])
 
 
-def _place(gpus: list[int], count: int, tp: int, layout: str, facts: dict | None) -> list[dict]:
+def _place(gpus: list[int], count: int, tp: int, layout: str, facts: dict | None, audio: bool = True,
+           share: bool = False) -> list[dict]:
     pd = layout == "pd"
-    per_pipeline = (2 * tp if pd else tp) + 1
+    separate_pd = pd and not share  # prefill and decode on GPU groups of their own
+    talker_gpu = audio and not share
+    per_pipeline = (2 * tp if separate_pd else tp) + (1 if talker_gpu else 0)
+    shared_note = ["every stage shares the pipeline's GPUs (vllm_omni_share_gpus)"] if share else []
     if not facts or not facts.get("links"):
         reason = "no topology facts" if not facts else "nvidia-smi topo -m was not read"
         return [{"gpus": gpus[i * per_pipeline:(i + 1) * per_pipeline], "score": None,
-                 "explain": [f"{reason}: GPUs taken in ascending order"]} for i in range(count)]
+                 "explain": [f"{reason}: GPUs taken in ascending order", *shared_note]} for i in range(count)]
     topology = Topology(facts)
     pool = sorted(gpus, key=topology.order_key)
     placed = []
     for _ in range(count):
-        (cost, _used, _first), groups, talker = _best_pipeline(pool, tp, pd, topology)
-        roles = ["prefill", "decode"] if pd else ["thinker"]
+        (cost, _used, _first), groups, talker = _best_pipeline(pool, tp, separate_pd, talker_gpu, topology)
+        roles = ["prefill", "decode"] if separate_pd else ["prefill + decode"] if pd else ["thinker"]
         explain = [f"{role} GPUs {list(group)}: {topology.describe(group)}" for role, group in zip(roles, groups,
                                                                                                    strict=True)]
-        if pd:
+        if separate_pd:
             kinds = sorted({topology.kind(p, d) for p, d in zip(groups[0], groups[1], strict=True)})
             explain.append(f"prefill -> decode KV path: {', '.join(kinds)}")
-        reader_numa, talker_numa = topology.numa.get(groups[-1][0]), topology.numa.get(talker)
-        explain.append(f"talker + code2wav GPU {talker}: NUMA node {talker_numa}"
-                       + (" (same as decode)" if pd and talker_numa == reader_numa else
-                          " (same as the thinker)" if talker_numa == reader_numa else
-                          f" (reader on node {reader_numa})"))
-        placed.append({"gpus": [g for group in groups for g in group] + [talker], "score": max(0, 100 - cost),
-                       "explain": explain})
-        chosen = {g for group in groups for g in group} | {talker}
-        pool = [g for g in pool if g not in chosen]
+        elif pd:
+            explain.append("prefill -> decode KV path: the same GPU (Mooncake over loopback TCP)")
+        if talker is not None:
+            reader_numa, talker_numa = topology.numa.get(groups[-1][0]), topology.numa.get(talker)
+            explain.append(f"talker + code2wav GPU {talker}: NUMA node {talker_numa}"
+                           + (" (same as decode)" if pd and talker_numa == reader_numa else
+                              " (same as the thinker)" if talker_numa == reader_numa else
+                              f" (reader on node {reader_numa})"))
+        explain += shared_note
+        chosen = [g for group in groups for g in group] + ([talker] if talker is not None else [])
+        placed.append({"gpus": chosen, "score": max(0, 100 - cost), "explain": explain})
+        pool = [g for g in pool if g not in set(chosen)]
     return placed

@@ -35,12 +35,14 @@ from ._settings import (
 )
 from ._stages import (
     ENGINE_ARGS,
-    LAYOUT_ROLES,
+    GPU_MEMORY_BUDGET,
     MODEL_STAGE,
     OWNED_ENGINE_ARGS,
     OWNED_SAMPLING_PARAMS,
     ROLE_ALIASES,
     SAMPLING_PARAMS,
+    SHARED_GPU_MEMORY,
+    layout_roles,
 )
 
 PLAN_SCHEMA = 1
@@ -206,12 +208,19 @@ def _check_version_layout(settings: dict, problems: _Problems):
                      f"set vllm_omni_version to {' or '.join(with_layout)} for {layout}, "
                      f"or vllm_omni_layout: {engine.layouts[0]}")
         return None
+    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args":
+        problems.add(ALL_HOSTS, "vllm_omni_audio_output",
+                     f"is false, but vLLM-Omni {version}'s stages: schema cannot drop the talker and code2wav stages "
+                     "(its Qwen3-Omni pipeline is fixed in Python)",
+                     f"set vllm_omni_version to {' or '.join(_engine_data.versions_with_schema('stage_args'))} "
+                     "for text-only pipelines, or vllm_omni_audio_output: true")
+        return None
     return engine
 
 
 def _stage_overrides(settings: dict, layout: str, problems: _Problems) -> dict:
     """{role: {"engine_args": {...}, "sampling": {...}}}, validated against the layout."""
-    roles = LAYOUT_ROLES[layout]
+    roles = layout_roles(layout, settings["vllm_omni_audio_output"])
     aliases = ROLE_ALIASES.get(layout, {})
     result: dict[str, dict] = {role: {"engine_args": {}, "sampling": {}} for role in roles}
     kinds = (
@@ -227,8 +236,9 @@ def _stage_overrides(settings: dict, layout: str, problems: _Problems) -> dict:
             targets = aliases.get(stage, (stage,))
             if stage not in roles and stage not in aliases:
                 valid = ", ".join(list(roles) + list(aliases))
+                text = "" if settings["vllm_omni_audio_output"] else " text-only (vllm_omni_audio_output: false)"
                 problems.add(ALL_HOSTS, f"{setting_name}.{stage}",
-                             f"names no stage of the {layout} layout", f"use one of: {valid}")
+                             f"names no stage of the{text} {layout} layout", f"use one of: {valid}")
                 continue
             if not isinstance(values, dict):
                 problems.add(ALL_HOSTS, f"{setting_name}.{stage}", f"must be a mapping, got {show(values)}",
@@ -270,6 +280,56 @@ def _stage_overrides(settings: dict, layout: str, problems: _Problems) -> dict:
                          "sets tensor_parallel_size, which the planner derives",
                          "set vllm_omni_tensor_parallel_size instead")
     return result
+
+
+def _shared_gpu_split(settings: dict, layout: str, overrides: dict) -> tuple[dict, list[str]]:
+    """With vllm_omni_share_gpus, each role's gpu_memory_utilization share unless the user set one.
+
+    Returns the overrides with the split added and the roles the planner chose a share for.
+    """
+    if not settings["vllm_omni_share_gpus"]:
+        return overrides, []
+    split = SHARED_GPU_MEMORY[(layout, settings["vllm_omni_audio_output"])]
+    chosen = []
+    for role, share in split.items():
+        engine_args = overrides[role]["engine_args"]
+        if "gpu_memory_utilization" not in engine_args:
+            engine_args["gpu_memory_utilization"] = share
+            chosen.append(role)
+    return overrides, chosen
+
+
+def _base_memory(engine, role: str, stage_id: int) -> float:
+    """The engine's own gpu_memory_utilization for a role (its bundled stage definitions)."""
+    if engine.schema == "stage_args":
+        for stage in engine.data["legacy_stages"]:
+            if stage["engine_args"]["model_stage"] == MODEL_STAGE[role]:
+                return float(stage["engine_args"].get("gpu_memory_utilization", 0.9))
+    for stage in engine.data["bundled_deploy"]["stages"]:
+        if stage["stage_id"] == stage_id:
+            return float(stage.get("gpu_memory_utilization", 0.9))
+    return 0.9
+
+
+def _check_gpu_memory(settings: dict, layout: str, engine, overrides: dict, problems: _Problems) -> None:
+    """Stages placed on one GPU claim their gpu_memory_utilization shares of it at start-up: at most the budget."""
+    tp = settings["vllm_omni_tensor_parallel_size"]
+    per_device: dict[str, list[tuple[str, float]]] = {}
+    for stage in _stage_layout(layout, tp, "host", "pipeline", settings["vllm_omni_audio_output"],
+                               settings["vllm_omni_share_gpus"]):
+        share = overrides[stage["role"]]["engine_args"].get("gpu_memory_utilization",
+                                                             _base_memory(engine, stage["role"], stage["id"]))
+        for device in stage["devices"].split(","):
+            per_device.setdefault(device, []).append((stage["role"], share))
+    for device, claims in sorted(per_device.items()):
+        total = round(sum(share for _, share in claims), 4)
+        if len(claims) > 1 and total > GPU_MEMORY_BUDGET:
+            listed = " + ".join(f"{role} {share:g}" for role, share in claims)
+            problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                         f"puts stages on one GPU (pipeline GPU {device}) whose gpu_memory_utilization adds up to "
+                         f"{total:g} ({listed}); each stage's engine claims its share of the whole GPU at start-up, so "
+                         "the last one to start would find too little free memory",
+                         f"lower those stages' gpu_memory_utilization so they add up to at most {GPU_MEMORY_BUDGET:g}")
 
 
 def _check_extra_env(settings: dict, problems: _Problems) -> None:
@@ -373,16 +433,22 @@ def _host_gpus(host: str, variables: dict, facts: dict | None, settings: dict, e
     return usable, "discovered", skipped
 
 
-def _gpus_per_pipeline(layout: str, tp: int) -> int:
-    # pd: prefill TP + decode TP + one GPU shared by talker and code2wav.
-    # aggregated: thinker TP + one GPU shared by talker and code2wav (the engine's own layout).
-    return 2 * tp + 1 if layout == "pd" else tp + 1
+def _gpus_per_pipeline(layout: str, tp: int, audio: bool = True, share: bool = False) -> int:
+    # Shared: every stage on the one TP group. Otherwise
+    # pd: prefill TP + decode TP (+ one GPU shared by talker and code2wav);
+    # aggregated: thinker TP (+ one GPU shared by talker and code2wav: the engine's own layout).
+    if share:
+        return tp
+    return (2 * tp if layout == "pd" else tp) + (1 if audio else 0)
 
 
-def _gpu_formula(layout: str, tp: int) -> str:
+def _gpu_formula(layout: str, tp: int, audio: bool = True, share: bool = False) -> str:
+    if share:
+        return f"every stage shares one TP {tp} GPU group"
+    talker = " + 1 for talker/code2wav" if audio else ""
     if layout == "pd":
-        return f"prefill TP {tp} + decode TP {tp} + 1 for talker/code2wav"
-    return f"thinker TP {tp} + 1 for talker/code2wav"
+        return f"prefill TP {tp} + decode TP {tp}{talker}"
+    return f"thinker TP {tp}{talker}"
 
 
 def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -467,27 +533,33 @@ def _check_mooncake_slices(host: str, count: int, settings: dict, problems: _Pro
 # --- pipelines ----------------------------------------------------------------------------------
 
 
-def _stage_layout(layout: str, tp: int, host: str, pipeline: str) -> list[dict]:
+def _stage_layout(layout: str, tp: int, host: str, pipeline: str, audio: bool = True,
+                  share: bool = False) -> list[dict]:
     """Stages with logical devices (indices into the pipeline's CUDA_VISIBLE_DEVICES)."""
 
     def devices(first: int, count: int) -> str:
         return ",".join(str(i) for i in range(first, first + count))
 
     if layout == "pd":
-        shared = 2 * tp  # talker and code2wav share the GPU after both thinker sets
-        return [
+        decode_first = 0 if share else tp
+        talker_gpu = "0" if share else str(2 * tp)  # talker and code2wav share the GPU after both thinker sets
+        stages = [
             {"id": 0, "role": "prefill", "devices": devices(0, tp), "tensor_parallel_size": tp, "reads_from": [],
              "kv_role": "kv_producer", "engine_id": f"{host}-{pipeline}-prefill"},
-            {"id": 1, "role": "decode", "devices": devices(tp, tp), "tensor_parallel_size": tp, "reads_from": [0],
-             "kv_role": "kv_consumer", "engine_id": f"{host}-{pipeline}-decode"},
-            {"id": 2, "role": "talker", "devices": str(shared), "tensor_parallel_size": 1, "reads_from": [1]},
-            {"id": 3, "role": "code2wav", "devices": str(shared), "tensor_parallel_size": 1, "reads_from": [2]},
+            {"id": 1, "role": "decode", "devices": devices(decode_first, tp), "tensor_parallel_size": tp,
+             "reads_from": [0], "kv_role": "kv_consumer", "engine_id": f"{host}-{pipeline}-decode"},
         ]
-    return [
-        {"id": 0, "role": "thinker", "devices": devices(0, tp), "tensor_parallel_size": tp, "reads_from": []},
-        {"id": 1, "role": "talker", "devices": str(tp), "tensor_parallel_size": 1, "reads_from": [0]},
-        {"id": 2, "role": "code2wav", "devices": str(tp), "tensor_parallel_size": 1, "reads_from": [1]},
-    ]
+    else:
+        talker_gpu = "0" if share else str(tp)
+        stages = [{"id": 0, "role": "thinker", "devices": devices(0, tp), "tensor_parallel_size": tp, "reads_from": []}]
+    if audio:
+        last = len(stages) - 1
+        stages += [
+            {"id": last + 1, "role": "talker", "devices": talker_gpu, "tensor_parallel_size": 1, "reads_from": [last]},
+            {"id": last + 2, "role": "code2wav", "devices": talker_gpu, "tensor_parallel_size": 1,
+             "reads_from": [last + 1]},
+        ]
+    return stages
 
 
 def _environment(settings: dict, layout: str, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
@@ -537,12 +609,16 @@ def _backend(settings: dict, engine) -> dict:
     if settings["vllm_omni_engine_backend"] == "simulator":
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": [f"xpyd-sim=={version}"], "venv": f"{root}/venvs/xpyd-sim-{version}",
-                "stand_in": True}
+                "stand_in": True, "kv_connector": None}
     packages = [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"]
+    kv_connector = None
     if settings["vllm_omni_layout"] == "pd":
         packages.append(mooncake_package(engine.wheel_cuda_major))
+        if engine.kv_connector:
+            # The engine role copies roles/engine/files/<file> into the venv's site-packages.
+            kv_connector = {**engine.kv_connector, "file": f"{engine.kv_connector['module']}.py"}
     return {"name": "engine", "packages": packages, "venv": f"{root}/venvs/vllm-omni-{engine.version}",
-            "stand_in": False}
+            "stand_in": False, "kv_connector": kv_connector}
 
 
 def mooncake_package(cuda_major: int | None) -> str:
@@ -595,13 +671,18 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     engine = _check_version_layout(settings, problems)
     _check_extra_env(settings, problems)
     layout = settings["vllm_omni_layout"]
+    audio, share = settings["vllm_omni_audio_output"], settings["vllm_omni_share_gpus"]
     overrides = _stage_overrides(settings, layout, problems)
+    overrides, planner_shares = _shared_gpu_split(settings, layout, overrides)
+    if engine is not None:
+        _check_gpu_memory(settings, layout, engine, overrides, problems)
     if settings["vllm_omni_mooncake_rdma_devices"] and settings["vllm_omni_mooncake_protocol"] != "rdma":
         problems.add(ALL_HOSTS, "vllm_omni_mooncake_rdma_devices",
                      "is set but vllm_omni_mooncake_protocol is tcp, so the devices would be ignored",
                      "set vllm_omni_mooncake_protocol: rdma, or remove the device list")
     tp = settings["vllm_omni_tensor_parallel_size"]
-    per_pipeline = _gpus_per_pipeline(layout, tp)
+    per_pipeline = _gpus_per_pipeline(layout, tp, audio, share)
+    formula = _gpu_formula(layout, tp, audio, share)
     master_defaulted = settings["vllm_omni_mooncake_master_enabled"] and not master_hosts
     if master_defaulted:
         master_hosts = [engine_hosts[0]]
@@ -640,19 +721,19 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
                 busy = "; ".join(f"GPU {g} busy: {why}" for g, why in skipped.items())
                 problems.add(_host_where(host), "GPUs",
                              f"discovery found {len(gpus)} free GPU{plural} {show(gpus)}{f' ({busy})' if busy else ''}, "
-                             f"but one {layout} pipeline needs {per_pipeline} ({_gpu_formula(layout, tp)})",
+                             f"but one {layout} pipeline needs {per_pipeline} ({formula})",
                              "free the busy GPUs, use a host with more GPUs, or lower vllm_omni_tensor_parallel_size")
             else:
                 problems.add(_host_where(host), "vllm_omni_gpus",
                              f"lists {len(gpus)} GPU{plural} {show(gpus)}, but one {layout} pipeline "
-                             f"needs {per_pipeline} ({_gpu_formula(layout, tp)})",
+                             f"needs {per_pipeline} ({formula})",
                              f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
             continue
         count = fits if wanted == "auto" else wanted
         if count > fits:
             problems.add(_host_where(host), "vllm_omni_pipelines_per_host",
                          f"asks for {count} pipelines, which need {count * per_pipeline} GPUs "
-                         f"({per_pipeline} each: {_gpu_formula(layout, tp)}); vllm_omni_gpus lists {len(gpus)}",
+                         f"({per_pipeline} each: {formula}); vllm_omni_gpus lists {len(gpus)}",
                          f"set it to at most {fits}, or auto")
             continue
         ranges = (_engine_ranges(count, settings, layout)
@@ -690,6 +771,15 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     assert engine is not None  # _check_version_layout added a problem otherwise
 
     plan = _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ips)
+    if share:
+        plan["warnings"].append(
+            "vllm_omni_share_gpus: every stage of a pipeline shares its GPU"
+            + (f"; the planner set gpu_memory_utilization of {', '.join(planner_shares)} "
+               f"({', '.join(str(overrides[r]['engine_args']['gpu_memory_utilization']) for r in planner_shares)})"
+               if planner_shares else "")
+            + ". Each share must hold that stage's weights"
+            + (": the 30B Qwen3-Omni thinker alone is about 60 GiB in bf16, per copy (prefill and decode each load one)"
+               if "30B" in settings["vllm_omni_model"] else ""))
     plan["router"] = _services.router_plan(settings, router_hosts, router_defaulted, ips, plan["worker_urls"])
     plan["mooncake_master"] = _services.master_plan(settings, master_hosts, master_defaulted, ips)
     plan["monitoring"] = _services.monitoring_plan(settings, monitoring_hosts, monitoring_defaulted, ips)
@@ -717,7 +807,8 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
 def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ips) -> dict:
     layout = settings["vllm_omni_layout"]
     tp = settings["vllm_omni_tensor_parallel_size"]
-    per_pipeline = _gpus_per_pipeline(layout, tp)
+    audio, share = settings["vllm_omni_audio_output"], settings["vllm_omni_share_gpus"]
+    per_pipeline = _gpus_per_pipeline(layout, tp, audio, share)
     served = settings["vllm_omni_served_model_name"] or settings["vllm_omni_model"]
     backend = _backend(settings, engine)
     prefix = settings["vllm_omni_pipeline_prefix"]
@@ -736,7 +827,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
         if layout == "pd":
             low = settings["vllm_omni_mooncake_rpc_port_range"][0]
             slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
-        placements = _placement.place(gpus, count, tp, layout, host_plans[host]["facts"])
+        placements = _placement.place(gpus, count, tp, layout, host_plans[host]["facts"], audio, share)
         for index in range(count):
             name = f"{prefix}{index}"
             pipeline_gpus = placements[index]["gpus"]
@@ -753,7 +844,7 @@ def _assemble(settings, sources, engine, overrides, engine_hosts, host_plans, ip
                 "unit_dropin": f"{SYSTEMD_UNIT_DIR}/vllm-omni@{name}.service.d/{PIPELINE_DROPIN}",
                 "venv": backend["venv"],
             }
-            stages = _stage_layout(layout, tp, host, name)
+            stages = _stage_layout(layout, tp, host, name, audio, share)
             for stage in stages:
                 stage["physical_gpus"] = [pipeline_gpus[int(d)] for d in stage["devices"].split(",")]
             pipeline = {
@@ -889,8 +980,8 @@ def _listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
     return ranges
 
 
-def stage_roles(layout: str) -> tuple[str, ...]:
-    return LAYOUT_ROLES[layout]
+def stage_roles(layout: str, audio: bool = True) -> tuple[str, ...]:
+    return layout_roles(layout, audio)
 
 
 __all__ = ["HOST", "MODEL_STAGE", "PlanError", "Problem", "build_plan", "stage_roles"]

@@ -350,6 +350,17 @@ SETTINGS: tuple[Setting, ...] = (
             "`pd`: prefill and decode thinker stages on separate GPUs with Mooncake KV transfer "
             "(4 stages). `aggregated`: the engine's own 3-stage layout.",
             lambda v, n: check_choice(v, n, ("pd", "aggregated"))),
+    Setting("vllm_omni_audio_output", DEPLOYMENT, True, "bool",
+            "`true`: the full Qwen3-Omni pipeline, text and speech out (talker + code2wav stages on one further GPU). "
+            "`false`: text out only, thinker stages alone (pd: prefill + decode; aggregated: one thinker), one GPU "
+            "less per pipeline. Needs a stage_args version (the stages: schema fixes the pipeline in Python).",
+            check_bool),
+    Setting("vllm_omni_share_gpus", DEPLOYMENT, False, "bool",
+            "`true`: every stage of a pipeline runs on the pipeline's one tensor-parallel GPU group (a single-GPU "
+            "host, a development box, a small model). The planner splits gpu_memory_utilization between the "
+            "stages (docs/variables.md#shared-gpus) unless vllm_omni_stage_engine_args sets it; the shares of the "
+            "stages on one GPU must add up to at most 0.95, and each share must hold that stage's weights.",
+            check_bool),
     Setting("vllm_omni_tensor_parallel_size", DEPLOYMENT, 1, "int (1, 2, 4, 8)",
             "Tensor-parallel size of the thinker stages (prefill and decode alike: the engine refuses "
             "unequal sizes). Talker and code2wav share one further GPU.",

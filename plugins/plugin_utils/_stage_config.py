@@ -68,7 +68,18 @@ def build_document(engine: EngineVersion, pipeline: dict, overrides: dict) -> di
     return _build_deploy(engine, pipeline, overrides)
 
 
-def _kv_transfer_config(stage: dict, pipeline: dict) -> dict:
+def kv_connector_name(engine: EngineVersion) -> tuple[str, str | None]:
+    """(kv_connector, kv_connector_module_path) PD stages of ``engine``'s version load.
+
+    Where the support table names a connector of ours, that one (vLLM-Omni only requires the name
+    to contain "mooncake"); vLLM's own MooncakeConnector otherwise.
+    """
+    if engine.kv_connector:
+        return engine.kv_connector["class"], engine.kv_connector["module"]
+    return KV_CONNECTOR, None
+
+
+def _kv_transfer_config(stage: dict, pipeline: dict, engine: EngineVersion) -> dict:
     mooncake = pipeline["mooncake"]
     extra: dict[str, Any] = {
         # Read only by vllm-omni's PD validation; the engine's bootstrap address itself comes from
@@ -80,8 +91,12 @@ def _kv_transfer_config(stage: dict, pipeline: dict) -> dict:
     if mooncake["rdma_devices"]:
         extra["device_name"] = ",".join(mooncake["rdma_devices"])
     producer = stage["kv_role"] == "kv_producer"
+    connector, module_path = kv_connector_name(engine)
+    config = {"kv_connector": connector}
+    if module_path:
+        config["kv_connector_module_path"] = module_path
     return {
-        "kv_connector": KV_CONNECTOR,
+        **config,
         "kv_role": stage["kv_role"],
         "kv_rank": 0 if producer else 1,
         "kv_parallel_size": 2,
@@ -93,6 +108,7 @@ def _kv_transfer_config(stage: dict, pipeline: dict) -> dict:
 
 def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dict:
     base = _by_model_stage(engine.data["legacy_stages"])
+    read = {source for stage in pipeline["stages"] for source in stage["reads_from"]}
     stage_args = []
     for stage in pipeline["stages"]:
         role = stage["role"]
@@ -111,8 +127,11 @@ def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
             engine_args.pop("custom_process_next_stage_input_func", None)
             doc["final_output"] = False
             doc["final_output_type"] = None
+        if stage["id"] not in read:
+            # The last stage of a text-out pipeline: nothing downstream to hand its output to.
+            engine_args.pop("custom_process_next_stage_input_func", None)
         if stage.get("kv_role"):
-            engine_args["kv_transfer_config"] = _kv_transfer_config(stage, pipeline)
+            engine_args["kv_transfer_config"] = _kv_transfer_config(stage, pipeline, engine)
         engine_args.update(overrides.get(role, {}).get("engine_args", {}))
         doc["runtime"]["devices"] = stage["devices"]
         doc["engine_input_source"] = list(stage["reads_from"])
@@ -282,8 +301,15 @@ def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) ->
         problems.append(f"prefill kv_role is {p_kv.get('kv_role')!r}; it must be kv_producer")
     if d_kv.get("kv_role") not in ("kv_consumer", "kv_both"):
         problems.append(f"decode kv_role is {d_kv.get('kv_role')!r}; it must be kv_consumer")
-    if not p_kv.get("kv_connector") or p_kv.get("kv_connector") != d_kv.get("kv_connector"):
-        problems.append("prefill and decode must name the same, non-empty kv_connector")
+    if not p_kv.get("kv_connector") or p_kv.get("kv_connector") != d_kv.get("kv_connector") \
+            or p_kv.get("kv_connector_module_path") != d_kv.get("kv_connector_module_path"):
+        problems.append("prefill and decode must name the same, non-empty kv_connector (and module path)")
+    elif engine.kv_connector and p_kv.get("kv_connector") == KV_CONNECTOR and not p_kv.get("kv_connector_module_path"):
+        ours, module = kv_connector_name(engine)
+        problems.append(f"kv_connector {KV_CONNECTOR} (vLLM's own) on vLLM {engine.vllm} never returns "
+                        "remote_request_id, so vLLM-Omni's orchestrator kills the engine at the first PD request "
+                        f"('Missing prefill kv_transfer_params.remote_request_id'); use kv_connector: {ours} with "
+                        f"kv_connector_module_path: {module} (installed into the engine venv by the engine role)")
     p_tp, d_tp = p_args.get("tensor_parallel_size", 1), d_args.get("tensor_parallel_size", 1)
     if p_tp != d_tp:
         problems.append(f"prefill tensor_parallel_size {p_tp} != decode {d_tp}: MooncakeConnector needs equal sizes")

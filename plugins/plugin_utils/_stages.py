@@ -21,6 +21,30 @@ LAYOUT_ROLES = {
     "pd": ("prefill", "decode", "talker", "code2wav"),
     "aggregated": ("thinker", "talker", "code2wav"),
 }
+# Text-out pipelines (vllm_omni_audio_output: false): the thinker stages alone.
+TEXT_ROLES = {
+    "pd": ("prefill", "decode"),
+    "aggregated": ("thinker",),
+}
+# gpu_memory_utilization per role when every stage shares the pipeline's GPU (vllm_omni_share_gpus):
+# each stage's engine claims its share of the whole GPU at start-up, so the shares add up to <= 0.9,
+# leaving room for the CUDA contexts of the other processes. The decode side gets more: it holds the
+# KV of every running request, prefill only until the hand-off.
+SHARED_GPU_MEMORY = {
+    ("pd", True): {"prefill": 0.25, "decode": 0.35, "talker": 0.2, "code2wav": 0.1},
+    ("pd", False): {"prefill": 0.4, "decode": 0.5},
+    ("aggregated", True): {"thinker": 0.6, "talker": 0.2, "code2wav": 0.1},
+    ("aggregated", False): {},
+}
+# What a physical GPU can be promised across the stages placed on it.
+GPU_MEMORY_BUDGET = 0.95
+
+
+def layout_roles(layout: str, audio: bool = True) -> tuple[str, ...]:
+    """The stage roles of a pipeline, in stage-id order."""
+    return LAYOUT_ROLES[layout] if audio else TEXT_ROLES[layout]
+
+
 # The engine's model_stage behind each role.
 MODEL_STAGE = {"prefill": "thinker", "decode": "thinker", "thinker": "thinker",
                "talker": "talker", "code2wav": "code2wav"}
@@ -65,6 +89,8 @@ ENGINE_ARGS = {
     "quantization": lambda v, n: check_str(v, n, r"[a-z0-9_-]{1,32}", "a quantization method name", "fp8"),
     "block_size": lambda v, n: _block_size(v, n),
     "seed": _int(0, 2**32 - 1),
+    # dummy: random weights, nothing downloaded (rehearsals, benchmarks of the serving path, tests).
+    "load_format": lambda v, n: check_choice(v, n, ("auto", "safetensors", "pt", "dummy", "fastsafetensors")),
 }
 
 # Sampling defaults a user may override per stage.
@@ -84,7 +110,7 @@ SAMPLING_PARAMS = {
 # Keys the planner owns: override attempts are refused with this pointer.
 OWNED_ENGINE_ARGS = {
     "tensor_parallel_size": "vllm_omni_tensor_parallel_size",
-    "devices": "vllm_omni_gpus (the planner places stages on GPUs)",
+    "devices": "vllm_omni_gpus (the planner places stages on GPUs; vllm_omni_share_gpus puts them on one)",
     "kv_transfer_config": "the planner (kv_ip, engine_id, roles and ports come from the inventory)",
     "model_stage": "the engine's pipeline definition",
     "model_arch": "the engine's pipeline definition",

@@ -37,6 +37,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data impor
 CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
 OUTPUT = REPO / "tests" / "output" / "conformance"
 CHECKER = Path(_engine_check.__file__)
+KV_CONNECTOR_FILES = REPO / "roles" / "engine" / "files"
 MODEL_REPO_ID = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
 RESULTS: dict[str, dict[str, str]] = {}
 
@@ -99,12 +100,29 @@ def version(request):
     return request.param
 
 
+def install_kv_connector(version: str, venv: Path) -> Path | None:
+    """The collection's KV connector module in the venv's site-packages, as the engine role installs it.
+
+    Copied on every session (the cached venv may hold an older revision); None for versions whose
+    PD stages use vLLM's own connector.
+    """
+    connector = support_table()[version].kv_connector
+    if not connector:
+        return None
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    target = Path(purelib) / f"{connector['module']}.py"
+    shutil.copyfile(KV_CONNECTOR_FILES / f"{connector['module']}.py", target)
+    return target
+
+
 @pytest.fixture(scope="session")
 def engines():
     """{version: (venv, hf_home)} for every supported version (built once, then cached)."""
     result = {}
     for version in supported_versions():
         venv = ensure_engine(version)
+        install_kv_connector(version, venv)
         result[version] = (venv, ensure_model(version, venv))
     return result
 

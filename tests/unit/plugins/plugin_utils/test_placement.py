@@ -64,6 +64,22 @@ def test_the_real_h200x2_capture_cannot_hold_a_pd_pipeline():
     assert any("discovery found 2 free GPUs [0, 1], but one pd pipeline needs 3" in line for line in lines)
 
 
+def test_the_real_h200x2_capture_holds_a_text_pd_pipeline_over_its_nvlink():
+    """The 2x H200 discovered on the device machine: prefill and decode on the two NVLink-connected GPUs."""
+    plan = plan_with("h200x2", vllm_omni_audio_output=False)
+    assert placed(plan) == [([0, 1], 100)]
+    assert plan["hosts"]["gpu-a"]["pipelines"][0]["placement"]["explain"] == [
+        "prefill GPUs [0]: a single GPU", "decode GPUs [1]: a single GPU", "prefill -> decode KV path: NV18"]
+
+
+def test_shared_gpu_pipelines_take_one_gpu_each_in_topology_order():
+    plan = plan_with("h200x8-nvswitch", vllm_omni_share_gpus=True)
+    assert [gpus for gpus, _ in placed(plan)] == [[g] for g in range(8)]
+    explain = plan["hosts"]["gpu-a"]["pipelines"][0]["placement"]["explain"]
+    assert "prefill -> decode KV path: the same GPU (Mooncake over loopback TCP)" in explain
+    assert "talker + code2wav" not in " ".join(explain)
+
+
 BUSY_APP = "4242, {uuid}, python3, 30000\n"
 
 

@@ -1,0 +1,134 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""vllm_omni.serve's KV connector for vLLM-Omni prefill/decode (PD) over Mooncake.
+
+Installed into the engine venv by the engine role and named in every PD stage config the
+collection renders::
+
+    kv_connector: ServeMooncakeConnector
+    kv_connector_module_path: vllm_omni_serve_kv
+
+Why it exists (measured on an H200 with vLLM 0.26.0 + vLLM-Omni 0.26.0, docs/engine-facts.md):
+vLLM's ``MooncakeConnector.request_finished`` returns ``(delay_free_blocks, None)`` for a finished
+prefill, so no KV parameters reach vLLM-Omni's orchestrator, whose
+``_build_pd_decode_params`` raises ``Missing prefill kv_transfer_params.remote_request_id`` and
+kills the engine on the first request. This subclass changes three things and nothing else:
+
+1. A prefill that completes hands back ``remote_request_id`` (its own request id) and its
+   ``transfer_id``. The decode side keys its pull on ``transfer_id``, which the orchestrator sets
+   to the same value, so the id only has to be present.
+2. A prefill whose single token was end-of-sequence (``FINISHED_STOPPED``) is sent like a
+   length-capped one. vLLM frees its KV instead, yet the orchestrator still routes the request to
+   decode, which would then wait ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s) for KV that never
+   comes. The prompt's KV is complete either way; decode samples its own first token.
+   Aborted, ignored and failed prefills keep vLLM's behaviour (nothing is sent).
+3. Evidence that the split works, in the engine's log (``PD_EVENT`` lines). For requests the
+   collection's own checks send (request ids starting with ``CHECK_REQUEST_PREFIX``), one INFO line
+   per hand-off on the prefill side and per received KV on the decode side, with the transfer id:
+   deploy's smoke test and upgrade's verify read them to prove the request went
+   prefill -> Mooncake -> decode. Other requests are logged at DEBUG, and each stage adds an INFO
+   count of its hand-offs at most once every ``SUMMARY_SECONDS``, so production logs stay small.
+
+Written for exactly the vLLM releases in ``WRITTEN_FOR_VLLM`` (``data/support.yml`` pins this
+module per engine version). Under any other vLLM the import fails, so a stage stops at start-up
+instead of misbehaving at the first request. Remove the module once every supported vLLM returns
+``remote_request_id`` itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import vllm
+from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector import MooncakeConnector
+from vllm.v1.request import RequestStatus
+
+REVISION = 1
+WRITTEN_FOR_VLLM = ("0.26.0",)
+if vllm.__version__ not in WRITTEN_FOR_VLLM:
+    raise ImportError(f"vllm_omni_serve_kv revision {REVISION} is written for vLLM {', '.join(WRITTEN_FOR_VLLM)}, "
+                      f"not {vllm.__version__}: deploy the vllm_omni.serve release that supports this vLLM")
+
+# Under the "vllm" logger, so vLLM's own handler and level apply in every stage process.
+logger = logging.getLogger("vllm.vllm_omni_serve_kv")
+
+PD_EVENT = "vllm_omni.serve PD"
+PREFILL_HANDED_OFF = f"{PD_EVENT} prefill handed off"
+DECODE_RECEIVED = f"{PD_EVENT} decode received KV"
+CHECK_REQUEST_PREFIX = "vllm-omni-serve-check"
+SUMMARY_SECONDS = 60.0
+
+# Prefills that computed the whole prompt: their KV is worth sending.
+_SENDABLE = (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_REPETITION)
+
+
+class ServeMooncakeConnector(MooncakeConnector):
+    """vLLM's MooncakeConnector, handing ``remote_request_id`` back to vLLM-Omni's orchestrator."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Decode side: request id -> (transfer id, tokens to pull), until the KV has arrived.
+        self._pulls: dict[str, tuple[str, int]] = {}
+        self._events = 0
+        self._events_since = time.monotonic()
+
+    def _log_event(self, event: str, transfer_id: str, details: str) -> None:
+        level = logging.INFO if CHECK_REQUEST_PREFIX in transfer_id else logging.DEBUG
+        logger.log(level, "%s transfer_id=%s %s", event, transfer_id, details)
+        self._events += 1
+        elapsed = time.monotonic() - self._events_since
+        if elapsed >= SUMMARY_SECONDS:
+            logger.info("%s %s %d requests in the last %.0f s", PD_EVENT,
+                        "handed off" if event == PREFILL_HANDED_OFF else "received KV for", self._events, elapsed)
+            self._events, self._events_since = 0, time.monotonic()
+
+    # --- prefill side (scheduler) ------------------------------------------------------------
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self._finished(request, lambda: super(ServeMooncakeConnector, self).request_finished(request, block_ids),
+                              len(block_ids))
+
+    def request_finished_all_groups(self, request: Any,
+                                    block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        return self._finished(request,
+                              lambda: super(ServeMooncakeConnector, self).request_finished_all_groups(request, block_ids),
+                              sum(len(group) for group in block_ids))
+
+    def _finished(self, request: Any, upstream, blocks: int) -> tuple[bool, dict[str, Any] | None]:
+        self._pulls.pop(request.request_id, None)
+        params = request.kv_transfer_params or {}
+        status = request.status
+        handing_off = bool(params.get("do_remote_decode") and params.get("transfer_id") and status in _SENDABLE)
+        if not handing_off:
+            return upstream()
+        # vLLM decides "send or free" on FINISHED_LENGTH_CAPPED alone; present every completed
+        # prefill that way for the call, then restore the real status (the scheduler reads it later).
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        try:
+            delay_free_blocks, returned = upstream()
+        finally:
+            request.status = status
+        handed = dict(returned or {})
+        handed["remote_request_id"] = request.request_id
+        handed["transfer_id"] = params["transfer_id"]
+        self._log_event(PREFILL_HANDED_OFF, params["transfer_id"],
+                        f"prefill_request_id={request.request_id} blocks={blocks} status={status.name}")
+        return delay_free_blocks, handed
+
+    # --- decode side (scheduler) -------------------------------------------------------------
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        params = request.kv_transfer_params or {}
+        if params.get("do_remote_prefill") and params.get("transfer_id"):
+            # Read before vLLM clears do_remote_prefill in the call below.
+            self._pulls[request.request_id] = (params["transfer_id"], num_external_tokens)
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        super().update_connector_output(connector_output)
+        for request_id in sorted(connector_output.finished_recving or ()):
+            pull = self._pulls.pop(request_id, None)
+            if pull is not None:
+                self._log_event(DECODE_RECEIVED, pull[0], f"decode_request_id={request_id} tokens={pull[1]}")

@@ -1,0 +1,97 @@
+"""The collection's KV connector against vLLM's own Mooncake code, in each version's engine venv.
+
+vLLM 0.26.0's MooncakeConnector finishes a prefill without handing ``remote_request_id`` back;
+vLLM-Omni's orchestrator then raises and the engine dies at the first PD request (seen on an H200).
+``kv_connector_probe.py`` drives vLLM's real ``MooncakeConnectorScheduler`` through the stock
+class and ours; these tests pin down what each returns.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import OUTPUT, REPO
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidence
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table, supported_versions
+
+PROBE = REPO / "tests" / "conformance" / "kv_connector_probe.py"
+PD_VERSIONS = [v for v in supported_versions() if support_table()[v].kv_connector]
+
+
+@pytest.fixture(scope="module", params=PD_VERSIONS)
+def probe(request, engines):
+    version = request.param
+    venv, _ = engines[version]
+    result = subprocess.run([str(venv / "bin" / "python"), str(PROBE)], capture_output=True, text=True, timeout=600,
+                            check=False)
+    log = OUTPUT / version / "kv_connector_probe.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("@@kv_connector_probe@@")]
+    assert result.returncode == 0 and lines, f"the probe failed (rc={result.returncode}); see {log}"
+    return version, json.loads(lines[-1].removeprefix("@@kv_connector_probe@@"))
+
+
+@pytest.fixture(autouse=True)
+def _record(request, probe):
+    request.node.conformance_case = (probe[0], f"kv connector: {request.node.name}")
+
+
+def test_vllm_loads_our_class_from_the_rendered_names(probe):
+    version, result = probe
+    connector = support_table()[version].kv_connector
+    assert result["factory_class"] == f"{connector['module']}.{connector['class']}"
+    assert result["is_mooncake_subclass"] is True
+
+
+def test_stock_connector_hands_nothing_back(probe):
+    """The upstream behaviour the module exists for; when this fails, vLLM fixed it: re-check the need."""
+    _, result = probe
+    assert result["cases"]["stock/length_capped"]["returned"] is None
+    assert result["cases"]["stock/length_capped"]["delay_free_blocks"] is True
+
+
+@pytest.mark.parametrize("case", ["length_capped", "two_groups", "eos_first_token"])
+def test_completed_prefill_hands_the_request_id_back_and_sends_its_kv(probe, case):
+    _, result = probe
+    ours = result["cases"][f"ours/{case}"]
+    assert ours["returned"] == {"remote_request_id": "chatcmpl-probe-0a1b",
+                                "transfer_id": "xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d"}
+    assert ours["delay_free_blocks"] is True
+    groups = 2 if case == "two_groups" else 1
+    assert ours["kv_queued_for_send"] == [[10 + g, 20 + g] for g in range(groups)]
+    assert ours["not_processed"] == []
+
+
+def test_eos_first_token_keeps_its_status_and_differs_from_stock(probe):
+    _, result = probe
+    assert result["cases"]["ours/eos_first_token"]["status_after"] == "FINISHED_STOPPED"
+    stock = result["cases"]["stock/eos_first_token"]
+    assert stock["returned"] is None and stock["not_processed"] == ["xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d"]
+
+
+@pytest.mark.parametrize("case", ["aborted", "no_kv_params"])
+def test_other_requests_keep_vllms_behaviour(probe, case):
+    _, result = probe
+    assert result["cases"][f"ours/{case}"] == result["cases"][f"stock/{case}"]
+
+
+def test_hand_off_and_receipt_are_logged_for_the_collections_checks_only(probe):
+    _, result = probe
+    assert len(result["prefill_log"]) == 3
+    decode_log = [line for line in result["cases"]["ours/decode_pull"]["log"] if _pd_evidence.PD_EVENT in line]
+    assert result["cases"]["ours/decode_pull"]["pending_after"] == 0
+    # The smoke test's judge accepts exactly these lines for the probe's request id.
+    verdict = _pd_evidence.judge("\n".join(result["prefill_log"][:1] + decode_log), "vllm-omni-serve-check-probe")
+    assert verdict["ok"], verdict
+    assert result["user_request"]["returned"]["remote_request_id"] == "chatcmpl-probe-0a1b"
+    assert result["user_request_log"] == ["vllm_omni.serve PD handed off 1 requests in the last 0 s"]
+
+
+def test_import_refuses_a_vllm_it_was_not_written_for(probe):
+    _, result = probe
+    assert result["guard"]["rc"] != 0
+    assert "is written for vLLM" in result["guard"]["last_line"]

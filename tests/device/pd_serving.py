@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""Serve the collection's own renders with the real engine on the device machine, and measure.
+
+Run on the device machine (one H200, no network) by ``tests/device/pd_serving.sh run``, after
+``tests/device/prepare.sh`` built the payload here and ``pd_serving.sh stage`` carried it over
+(docs/gpu-evidence.md has the whole procedure). Standard library only: it runs with the machine's
+own ``python3`` before anything is installed.
+
+What it does, per scenario (a render of one ``tests/device/inventories/*.yml``):
+
+1. lays the render's files where the plan says a deploy puts them (stage config and engine.env
+   under the config root, the engine venv at the plan's venv path, holding the staged packages and
+   the collection's KV connector module installed the way the engine role installs it);
+2. starts the pipeline with exactly the unit's argv and engine.env, plus what a deploy adds on the
+   host (the API key) and what this machine needs because its packages were staged rather than
+   installed (``STAGING_ENV``), as root rather than the unit's user, without the systemd sandbox;
+3. waits for ``/health``, then sends streamed chat completions (warm-up, short and long prompts
+   one at a time, then concurrent ones), a request without the key, and on PD one whose first
+   token is forced to end-of-sequence; records status, time to first token (TTFT), inter-token
+   latency (ITL) and tokens per request;
+4. judges from the engine's log, request by request, whether each went prefill -> Mooncake ->
+   decode (the collection's own judge, ``plugins/plugin_utils/_pd_evidence.py``), and collects the
+   bootstrap server's ``/query``, the Mooncake listening ports and the engine's failure lines;
+5. stops the pipeline (its whole process group) and moves on.
+
+``--stock-connector`` runs a scenario with vLLM's own MooncakeConnector instead of the
+collection's (the stage config's two connector keys rewritten): the control that shows the failure
+the connector exists for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins" / "plugin_utils"))
+import _pd_evidence  # the collection's judge, stdlib-only
+
+STAGE = Path(os.environ.get("DEVICE_STAGE", "/root/stage"))  # the unpacked payload (a rehearsal moves it)
+API_KEY = "device-run-" + "k" * 24  # a deploy writes the vault key into engine.env; any valid key does here
+# Only because the packages were staged, not installed: Mooncake's Debian libraries, and no
+# flashinfer wheel was carried (vLLM's sampler then uses its own kernels).
+STAGING_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+FAILURE_LINES = re.compile(r"Missing prefill kv_transfer_params|EngineDeadError|initialization failed|"
+                           r"Traceback|device-side assert|CUDA error|RuntimeError|Error", re.I)
+LONG_PROMPT = " ".join(f"Item {i}: the quick brown fox jumps over the lazy dog near river {i}." for i in range(120))
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def read_argv(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """An EnvironmentFile as systemd reads the collection's (KEY="value" lines, # comments)."""
+    env = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        env[key.strip()] = value.strip().removeprefix('"').removesuffix('"')
+    return env
+
+
+def torch_site() -> str:
+    if os.environ.get("DEVICE_TORCH_SITE"):  # a rehearsal without torch
+        return os.environ["DEVICE_TORCH_SITE"]
+    out = subprocess.run([sys.executable, "-c", "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def make_venv(venv: Path) -> dict:
+    """The plan's engine venv: this machine's torch stack, the staged packages, and our connector."""
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    # .pth files are read in name order: staged packages first, then the machine's torch venv.
+    (purelib / "00-staged.pth").write_text(f"{STAGE / 'site'}\n")
+    (purelib / "01-machine-torch.pth").write_text(torch_site() + "\n")
+    launcher = venv / "bin" / "vllm"  # vllm's console script (entry point vllm.entrypoints.cli.main:main)
+    launcher.write_text(f"#!{python}\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
+    launcher.chmod(0o755)
+    return {"venv": str(venv), "purelib": str(purelib)}
+
+
+def install_connector(plan: dict, purelib: str) -> str | None:
+    """What the engine role does: roles/engine/files/<module>.py into the venv's site-packages."""
+    connector = plan["backend"].get("kv_connector")
+    if not connector:
+        return None
+    target = Path(purelib) / connector["file"]
+    shutil.copyfile(REPO / "roles" / "engine" / "files" / connector["file"], target)
+    return str(target)
+
+
+def lay_out(render: Path, plan: dict) -> dict:
+    """Copy the render's pipeline files to the paths the plan names; return the pipeline."""
+    (host, host_plan), = plan["hosts"].items()
+    pipeline, = host_plan["pipelines"]
+    source = render / host / pipeline["name"]
+    config_dir = Path(pipeline["paths"]["config_dir"])
+    config_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / "stage_config.yaml", pipeline["paths"]["stage_config"])
+    shutil.copyfile(source / "engine.env", pipeline["paths"]["env_file"])
+    Path(pipeline["environment"]["HF_HOME"]).mkdir(parents=True, exist_ok=True)
+    Path(plan["paths"]["engine_home"]).mkdir(parents=True, exist_ok=True)
+    assert read_argv(source / "argv") == pipeline["argv"], "the render's argv file and plan.json disagree"
+    return pipeline
+
+
+def use_stock_connector(stage_config: Path) -> None:
+    """The negative control: vLLM's own MooncakeConnector in both PD stages."""
+    text = stage_config.read_text()
+    text = re.sub(r"kv_connector: \S+", "kv_connector: MooncakeConnector", text)
+    text = re.sub(r"\n\s*kv_connector_module_path: \S+", "", text)
+    stage_config.write_text(text)
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+
+def nvidia_smi(*args: str) -> str:
+    try:
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, check=False).stdout.strip()
+    except FileNotFoundError:  # a rehearsal on a machine without GPUs
+        return ""
+
+
+def listening_ports() -> list[int]:
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def http(method: str, url: str, body: dict | None = None, key: str | None = API_KEY, timeout: float = 120):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - http:// of our own engine
+    request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - as above
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except (urllib.error.URLError, OSError) as error:
+        return None, str(error).encode()
+
+
+class Engine:
+    def __init__(self, pipeline: dict, name: str, logs: Path, home: str):
+        self.pipeline = pipeline
+        self.log_path = logs / f"{name}.log"
+        env = read_env(Path(pipeline["paths"]["env_file"]))
+        env["VLLM_API_KEY"] = API_KEY  # the secrets block the engine role appends on a host
+        env.update(STAGING_ENV)
+        env["HOME"] = home  # the unit's WorkingDirectory and the engine user's home
+        env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(STAGE / "lib"), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+        for key, value in os.environ.items():  # this machine's NVLink-multicast-off settings must stay
+            if key.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM_")):
+                env[key] = value
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.handle = self.log_path.open("w")
+        self.handle.write(f"$ {' '.join(self.pipeline['argv'])}\n# env: {json.dumps(sorted(self.env))}\n")
+        self.handle.flush()
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(self.pipeline["argv"], env=self.env, stdout=self.handle,
+                                        stderr=subprocess.STDOUT, start_new_session=True, cwd=self.env["HOME"])
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float) -> dict:
+        url = self.pipeline["url"] + "/health"
+        while time.monotonic() - self.started < timeout:
+            if self.process.poll() is not None:
+                return {"ready": False, "why": f"exited with {self.process.returncode}",
+                        "seconds": round(time.monotonic() - self.started, 1)}
+            status, _ = http("GET", url, key=None, timeout=5)
+            if status == 200:
+                return {"ready": True, "seconds": round(time.monotonic() - self.started, 1)}
+            if "initialization failed" in self.text():
+                return {"ready": False, "why": "initialization failed",
+                        "seconds": round(time.monotonic() - self.started, 1)}
+            time.sleep(2)
+        return {"ready": False, "why": f"no /health 200 within {timeout:.0f}s", "seconds": timeout}
+
+    def alive(self) -> dict:
+        status, _ = http("GET", self.pipeline["url"] + "/health", key=None, timeout=10)
+        return {"process_running": self.process.poll() is None, "health": status}
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        # Stage processes can outlive their parent: nothing of this run may hold the GPU for the next one.
+        apps = nvidia_smi("--query-compute-apps=pid", "--format=csv,noheader").split()
+        for pid in apps:
+            if pid.isdigit() and int(pid) != os.getpid():
+                with contextlib.suppress(OSError):  # gone already
+                    os.kill(int(pid), signal.SIGKILL)
+        time.sleep(3)
+        self.handle.close()
+
+
+# --- the client -------------------------------------------------------------------------------
+
+
+def chat(pipeline: dict, model: str, request_id: str, prompt: str, max_tokens: int = 32, key: str | None = API_KEY,
+         extra: dict | None = None, timeout: float = 180) -> dict:
+    """One streamed chat completion: status, TTFT, inter-token gaps, tokens, text."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "modalities": ["text"],
+            "max_tokens": max_tokens, "stream": True, "request_id": request_id, "ignore_eos": True,
+            "stream_options": {"include_usage": True}, **(extra or {})}
+    request = urllib.request.Request(pipeline["url"] + "/v1/chat/completions", data=json.dumps(body).encode(),  # noqa: S310
+                                     method="POST", headers={"Content-Type": "application/json"})
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    sent = time.monotonic()
+    result = {"request_id": request_id, "status": None, "ttft_s": None, "itl_s": [], "chunks": 0, "text": "",
+              "usage": None, "error": None}
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the plan's engine URL
+            result["status"] = response.status
+            last = None
+            for raw in response:
+                line = raw.decode(errors="replace").strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if chunk.get("usage"):
+                    result["usage"] = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    delta = (choice.get("delta") or {}).get("content")
+                    if choice.get("finish_reason"):
+                        result["finish_reason"] = choice["finish_reason"]
+                    if delta:
+                        now = time.monotonic()
+                        if last is None:
+                            result["ttft_s"] = now - sent
+                        else:
+                            result["itl_s"].append(now - last)
+                        last = now
+                        result["chunks"] += 1
+                        result["text"] += delta
+    except urllib.error.HTTPError as error:
+        result["status"] = error.code
+        result["error"] = error.read().decode(errors="replace")[:300]
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        result["error"] = f"{type(error).__name__}: {error}"[:300]
+    result["total_s"] = time.monotonic() - sent
+    result["text"] = result["text"][:80]
+    return result
+
+
+def summary(results: list[dict]) -> dict:
+    ok = [r for r in results if r["status"] == 200 and r["error"] is None and r["chunks"] > 0]
+    ttft = [r["ttft_s"] for r in ok if r["ttft_s"] is not None]
+    itl = [gap for r in ok for gap in r["itl_s"]]
+
+    def ms(values, q):
+        if not values:
+            return None
+        values = sorted(values)
+        return round(1000 * values[min(len(values) - 1, int(q * len(values)))], 2)
+
+    return {"requests": len(results), "ok": len(ok), "failed": len(results) - len(ok),
+            "tokens": sum((r.get("usage") or {}).get("completion_tokens", r["chunks"]) for r in ok),
+            "ttft_ms": {"p50": ms(ttft, 0.5), "p90": ms(ttft, 0.9), "mean": round(1000 * statistics.mean(ttft), 2)
+                        if ttft else None},
+            "itl_ms": {"p50": ms(itl, 0.5), "p90": ms(itl, 0.9), "mean": round(1000 * statistics.mean(itl), 2)
+                       if itl else None},
+            "errors": sorted({(r["status"], (r["error"] or "")[:120]) for r in results if r not in ok})[:5]}
+
+
+def workload(pipeline: dict, model: str, tag: str, pd: bool) -> dict:
+    rid = f"{_pd_evidence.CHECK_REQUEST_PREFIX}-{tag}"
+    out: dict = {}
+    out["warmup"] = [chat(pipeline, model, f"{rid}-warm{i}", "Say hello.") for i in range(2)]
+    out["short"] = [chat(pipeline, model, f"{rid}-short{i}", f"Count to {i + 3}.") for i in range(10)]
+    out["long"] = [chat(pipeline, model, f"{rid}-long{i}", f"{LONG_PROMPT} Summarise item {i}.") for i in range(10)]
+    concurrent: list[dict] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        for j in range(4):
+            answer = chat(pipeline, model, f"{rid}-conc{index}x{j}", f"{LONG_PROMPT[: 800 + 50 * j]} Go {index}.")
+            with lock:
+                concurrent.append(answer)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out["concurrent4_wall_s"] = round(time.monotonic() - started, 2)
+    out["concurrent4"] = concurrent
+    status, body = http("POST", pipeline["url"] + "/v1/chat/completions", key=None,
+                        body={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    out["without_key"] = {"status": status, "body": body.decode(errors="replace")[:200]}
+    if pd:
+        # The prefill's single token forced to <|im_end|> (151645): vLLM frees such a prefill's KV; the
+        # collection's connector sends it like a length-capped one. Must answer, not hang 480 s.
+        eos = chat(pipeline, model, f"{rid}-eosfirst", "Say hello.", max_tokens=4,
+                   extra={"ignore_eos": False, "logit_bias": {"151645": 100}}, timeout=120)
+        out["eos_first_token"] = eos
+    return out
+
+
+# --- scenarios --------------------------------------------------------------------------------
+
+
+def evidence(engine: Engine, pipeline: dict, results: dict, pd: bool) -> dict:
+    text = engine.text()
+    found: dict = {"failure_lines": [line[:300] for line in text.splitlines() if FAILURE_LINES.search(line)][:12]}
+    found["pd_lines"] = sum(1 for line in text.splitlines() if _pd_evidence.PD_EVENT in line)
+    if pd:
+        verdicts = {}
+        for group in ("short", "long", "concurrent4"):
+            for answer in results.get(group, []):
+                verdicts[answer["request_id"]] = _pd_evidence.judge(text, answer["request_id"])["ok"]
+        found["requests_through_prefill_and_decode"] = sum(verdicts.values())
+        found["requests_judged"] = len(verdicts)
+        tokens = [int(m.group(1)) for m in re.finditer(r"decode received KV .* tokens=(\d+)", text)]
+        found["kv_tokens_received"] = {"requests": len(tokens), "tokens": sum(tokens)}
+        sample = next(iter(verdicts), None)
+        if sample:
+            found["example"] = _pd_evidence.judge(text, sample)
+        port = pipeline["ports"]["bootstrap"]
+        status, body = http("GET", f"http://127.0.0.1:{port}/query", key=None, timeout=10)
+        found["bootstrap_query"] = {"status": status, "body": body.decode(errors="replace")[:600]}
+        low, high = pipeline["ports"]["mooncake_rpc"]
+        ports = listening_ports()
+        found["mooncake_ports_listening"] = [p for p in ports if low <= p <= high]
+        found["other_high_ports_listening"] = [p for p in ports if p > 10000 and not low <= p <= high][:20]
+    return found
+
+
+def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: float, quick: bool) -> dict:
+    plan = json.loads((render / "plan.json").read_text())
+    pipeline = lay_out(render, plan)
+    venv = make_venv(Path(pipeline["paths"]["venv"]))
+    connector = None if stock else install_connector(plan, venv["purelib"])
+    if stock:
+        use_stock_connector(Path(pipeline["paths"]["stage_config"]))
+    pd = plan["layout"] == "pd"
+    record: dict = {"scenario": name, "layout": plan["layout"], "stages": [s["role"] for s in pipeline["stages"]],
+                    "connector": "vLLM MooncakeConnector (stock)" if stock and pd else connector,
+                    "argv": pipeline["argv"], "gpus": pipeline["gpus"]}
+    engine = Engine(pipeline, name, logs, plan["paths"]["engine_home"])
+    log(f"{name}: starting {' '.join(pipeline['argv'][:4])} ({len(pipeline['stages'])} stages)")
+    engine.start()
+    try:
+        record["ready"] = engine.wait_ready(ready_timeout)
+        log(f"{name}: ready={record['ready']}")
+        if not record["ready"]["ready"]:
+            record["evidence"] = evidence(engine, pipeline, {}, False)
+            return record
+        model = plan["served_model_name"]
+        if quick:  # the control: one request is all it takes
+            first = chat(pipeline, model, f"{_pd_evidence.CHECK_REQUEST_PREFIX}-{name}-first", "Say hello.")
+            time.sleep(5)
+            second = chat(pipeline, model, f"{_pd_evidence.CHECK_REQUEST_PREFIX}-{name}-second", "Say hello.")
+            record["requests"] = {"first": first, "second": second}
+            record["after"] = engine.alive()
+        else:
+            results = workload(pipeline, model, name, pd)
+            record["requests"] = results
+            record["summary"] = {group: summary(results[group]) for group in ("short", "long", "concurrent4")}
+            record["summary"]["concurrent4"]["wall_s"] = results["concurrent4_wall_s"]
+            record["after"] = engine.alive()
+        record["evidence"] = evidence(engine, pipeline, record["requests"], pd and not quick)
+        log(f"{name}: {json.dumps(record.get('summary') or record['after'])[:400]}")
+        return record
+    finally:
+        engine.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("scenarios", nargs="+", help="NAME=RENDER_DIR[:stock]")
+    parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    parser.add_argument("--ready-timeout", type=float, default=420)
+    args = parser.parse_args()
+    out = Path(args.out)
+    logs = STAGE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results.setdefault("machine", nvidia_smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"))
+    for spec in args.scenarios:
+        name, _, rest = spec.partition("=")
+        render, _, flag = rest.partition(":")
+        results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock")
+        results_path.write_text(json.dumps(results, indent=1, default=str))
+    # Logs come back as one file (the device tool returns a handful): the tail of each, whole failure lines.
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
+        for path in sorted(logs.glob("*.log")):
+            lines = path.read_text(errors="replace").splitlines()
+            trimmed = path.with_suffix(".tail.log")
+            trimmed.write_text("\n".join([*lines[:60], "... (cut) ...", *lines[-1500:]]) + "\n")
+            archive.add(trimmed, arcname=trimmed.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""A rehearsal of the real-GPU run script (tests/device/pd_serving.py) without a GPU.
+
+Device minutes are few and a machine is given back 30 s after a call: a bug in the script must not
+be found there. A stand-in engine (tests/fixtures/fake_engine: answers /health and streamed chat
+completions, enforces the key, logs the collection connector's hand-off lines, dies like stock
+vLLM-Omni PD when the stage config names vLLM's own connector) runs from the device inventory's
+real render, laid out where the plan says, through the same venv/launcher set-up the device gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from testlib import REPO, load_ansible_inventory
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import ENGINE_HOME, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
+    tmp = tmp_path_factory.mktemp("device")
+    port = free_port()
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
+        "vllm_omni_install_root": str(tmp / "opt"), "vllm_omni_config_root": str(tmp / "etc"),
+        "vllm_omni_hf_home": str(tmp / "hf"), "vllm_omni_api_port_base": port,
+        "vllm_omni_bootstrap_port_base": free_port()}))
+    render = tmp / "render"
+    for path, text in render_tree(plan).items():
+        (render / path).parent.mkdir(parents=True, exist_ok=True)
+        (render / path).write_text(text)
+    stage = tmp / "stage"
+    (stage / "lib").mkdir(parents=True)
+    os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
+    (tmp / "torch").mkdir()
+    out = tmp / "out"
+    out.mkdir()
+    env = {**os.environ, "DEVICE_STAGE": str(stage), "DEVICE_TORCH_SITE": str(tmp / "torch"),
+           "PYTHONUNBUFFERED": "1"}
+    run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "pd_serving.py"), "--out", str(out),
+                          "--ready-timeout", "60", f"pd={render}", f"stock={render}:stock"],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return plan, json.loads((out / "results.json").read_text()), out
+
+
+def test_pd_scenario_serves_measures_and_judges_every_request(rehearsal):
+    plan, results, out = rehearsal
+    pd = results["pd"]
+    assert pd["ready"]["ready"] is True
+    assert pd["argv"] == plan["hosts"]["h200-device"]["pipelines"][0]["argv"]
+    assert pd["connector"].endswith("vllm_omni_serve_kv.py") and Path(pd["connector"]).is_file()
+    for group, count in (("short", 10), ("long", 10), ("concurrent4", 16)):
+        summary = pd["summary"][group]
+        assert (summary["requests"], summary["ok"], summary["failed"]) == (count, count, 0)
+        assert summary["tokens"] == 32 * count and summary["ttft_ms"]["p50"] > 0 and summary["itl_ms"]["p50"] > 0
+    assert pd["evidence"]["requests_through_prefill_and_decode"] == pd["evidence"]["requests_judged"] == 36
+    assert pd["evidence"]["kv_tokens_received"]["requests"] >= 36
+    assert pd["requests"]["without_key"]["status"] == 401
+    assert pd["requests"]["eos_first_token"]["status"] == 200
+    assert pd["after"] == {"process_running": True, "health": 200}
+    assert (out / "logs.tar.gz").stat().st_size > 0
+
+
+def test_stock_connector_control_shows_the_engine_dying(rehearsal):
+    _, results, _ = rehearsal
+    stock = results["stock"]
+    assert stock["connector"] == "vLLM MooncakeConnector (stock)"
+    assert stock["requests"]["first"]["status"] == 500
+    assert stock["after"]["health"] == 503
+    assert any("Missing prefill kv_transfer_params.remote_request_id" in line
+               for line in stock["evidence"]["failure_lines"])

@@ -40,6 +40,8 @@ class EngineVersion:
     # The collection's KV connector this version's PD stages load ({module, class, revision}), or
     # None where vLLM's own connector works as vLLM-Omni needs.
     kv_connector: dict[str, Any] | None = None
+    # Whether a request's sampling fields (max_tokens, temperature, ...) reach the PD decode stage.
+    pd_request_sampling_reaches_decode: bool = True
 
     @property
     def importables(self) -> frozenset[str]:
@@ -70,6 +72,7 @@ def support_table() -> dict[str, EngineVersion]:
             pd_refused_because=" ".join(str(row.get("pd_refused_because", "")).split()),
             data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
             kv_connector=dict(row["kv_connector"]) if row.get("kv_connector") else None,
+            pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
         )
     return rows
 

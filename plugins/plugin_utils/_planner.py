@@ -798,6 +798,14 @@ def build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
         plan["warnings"].append(f"ports {', '.join(ephemeral)} lie in Linux's default ephemeral range "
                                 f"{EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}: the mooncake role reserves every planned "
                                 "port (net.ipv4.ip_local_reserved_ports) so outgoing connections cannot take them")
+    if layout == "pd" and not engine.pd_request_sampling_reaches_decode:
+        thinker = next(s for s in engine.data["legacy_stages"] if s["engine_args"]["model_stage"] == "thinker")
+        decode = {**thinker.get("default_sampling_params", {}), **overrides["decode"]["sampling"]}
+        plan["warnings"].append(
+            f"vLLM-Omni {engine.version} applies a request's sampling fields (max_tokens, temperature, top_p, ...) to "
+            "the prefill stage only; the decode stage, which writes the answer, uses its stage defaults "
+            f"(now max_tokens {decode.get('max_tokens', '?')}, temperature {decode.get('temperature', '?')}): set "
+            "the caps clients should get in vllm_omni_stage_sampling_params.decode (docs/engine-facts.md)")
     if not settings["vllm_omni_api_key_required"]:
         plan["warnings"].append("vllm_omni_api_key_required is false: every pipeline and the router answer "
                                 "requests without an API key")

@@ -102,7 +102,9 @@ def make_venv(venv: Path) -> dict:
     (purelib / "00-staged.pth").write_text(f"{STAGE / 'site'}\n")
     (purelib / "01-machine-torch.pth").write_text(torch_site() + "\n")
     launcher = venv / "bin" / "vllm"  # vllm's console script (entry point vllm.entrypoints.cli.main:main)
-    launcher.write_text(f"#!{python}\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
+    # The guard matters: stage processes are spawned, and spawn re-imports __main__ (this file).
+    launcher.write_text(f"#!{python}\nimport sys\nfrom vllm.entrypoints.cli.main import main\n"
+                        "if __name__ == '__main__':\n    sys.exit(main())\n")
     launcher.chmod(0o755)
     return {"venv": str(venv), "purelib": str(purelib)}
 
@@ -314,7 +316,28 @@ def summary(results: list[dict]) -> dict:
             "errors": sorted({(r["status"], (r["error"] or "")[:120]) for r in results if r not in ok})[:5]}
 
 
-def workload(pipeline: dict, model: str, tag: str, pd: bool) -> dict:
+def speech(pipeline: dict, model: str, request_id: str) -> dict:
+    """One non-streamed completion asking for text and audio: status, seconds, what came back."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "modalities": ["text", "audio"],
+            "max_tokens": 16, "request_id": request_id, "ignore_eos": True}
+    sent = time.monotonic()
+    status, raw = http("POST", pipeline["url"] + "/v1/chat/completions", body=body, timeout=300)
+    result = {"request_id": request_id, "status": status, "seconds": round(time.monotonic() - sent, 2)}
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return {**result, "error": raw.decode(errors="replace")[:300]}
+    choices = answer.get("choices") or []
+    result["choices"] = len(choices)
+    result["audio_bytes_base64"] = sum(len(((c.get("message") or {}).get("audio") or {}).get("data") or "")
+                                       for c in choices)
+    result["text"] = next(((c.get("message") or {}).get("content") or "" for c in choices), "")[:60]
+    if status != 200:
+        result["error"] = json.dumps(answer)[:300]
+    return result
+
+
+def workload(pipeline: dict, model: str, tag: str, pd: bool, audio: bool = False) -> dict:
     rid = f"{_pd_evidence.CHECK_REQUEST_PREFIX}-{tag}"
     out: dict = {}
     out["warmup"] = [chat(pipeline, model, f"{rid}-warm{i}", "Say hello.") for i in range(2)]
@@ -324,7 +347,7 @@ def workload(pipeline: dict, model: str, tag: str, pd: bool) -> dict:
     lock = threading.Lock()
 
     def worker(index: int) -> None:
-        for j in range(4):
+        for j in range(3):
             answer = chat(pipeline, model, f"{rid}-conc{index}x{j}", f"{LONG_PROMPT[: 800 + 50 * j]} Go {index}.")
             with lock:
                 concurrent.append(answer)
@@ -340,6 +363,9 @@ def workload(pipeline: dict, model: str, tag: str, pd: bool) -> dict:
     status, body = http("POST", pipeline["url"] + "/v1/chat/completions", key=None,
                         body={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     out["without_key"] = {"status": status, "body": body.decode(errors="replace")[:200]}
+    if audio:
+        # Text and speech out: the request goes on from decode through talker and code2wav.
+        out["audio"] = [speech(pipeline, model, f"{rid}-audio{i}") for i in range(3)]
     if pd:
         # The prefill's single token forced to <|im_end|> (151645): vLLM frees such a prefill's KV; the
         # collection's connector sends it like a length-capped one. Must answer, not hang 480 s.
@@ -406,7 +432,7 @@ def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: fl
             record["requests"] = {"first": first, "second": second}
             record["after"] = engine.alive()
         else:
-            results = workload(pipeline, model, name, pd)
+            results = workload(pipeline, model, name, pd, audio="talker" in record["stages"])
             record["requests"] = results
             record["summary"] = {group: summary(results[group]) for group in ("short", "long", "concurrent4")}
             record["summary"]["concurrent4"]["wall_s"] = results["concurrent4_wall_s"]
@@ -418,12 +444,30 @@ def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: fl
         engine.stop()
 
 
+def imports_only(render: Path) -> int:
+    """A cheap first look at a fresh machine: can the venv import the engine, Mooncake and our connector?"""
+    plan = json.loads((render / "plan.json").read_text())
+    pipeline = lay_out(render, plan)
+    venv = make_venv(Path(pipeline["paths"]["venv"]))
+    install_connector(plan, venv["purelib"])
+    code = ("import time; t = time.time(); import vllm, vllm_omni, mooncake.engine; "
+            "from vllm.entrypoints.cli.main import main; import vllm_omni_serve_kv as k; "
+            "print('imports ok', vllm.__version__, vllm_omni.__version__, 'connector revision', k.REVISION, "
+            "round(time.time() - t, 1), 's')")
+    env = {"PATH": os.environ.get("PATH", ""), "LD_LIBRARY_PATH": f"{STAGE / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    return subprocess.run([f"{venv['venv']}/bin/python", "-c", code], env=env, check=False).returncode
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("scenarios", nargs="+", help="NAME=RENDER_DIR[:stock]")
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     parser.add_argument("--ready-timeout", type=float, default=420)
+    parser.add_argument("--imports-only", action="store_true",
+                        help="set up the first scenario's venv and import what its engine will, then stop")
     args = parser.parse_args()
+    if args.imports_only:
+        return imports_only(Path(args.scenarios[0].partition("=")[2].partition(":")[0]))
     out = Path(args.out)
     logs = STAGE / "logs"
     logs.mkdir(parents=True, exist_ok=True)

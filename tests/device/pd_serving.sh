@@ -4,6 +4,7 @@
 #   tests/device/pd_serving.sh stage FILE...          keep carried files in /root/stage/in; one 60 MiB
 #                                                      part per call (the tool carries 64 MiB), calls back
 #                                                      to back (the machine is given back after 30 s idle)
+#   tests/device/pd_serving.sh imports NAME=RENDER         unpack, set up that render's venv, import the engine
 #   tests/device/pd_serving.sh run NAME=RENDER[:stock]...
 #                                                      unpack once, then serve and measure each scenario
 #                                                      (tests/device/pd_serving.py); results land in $OUT
@@ -18,7 +19,7 @@ case "$command" in
     for file in "$@"; do cp "$file" "$stage/in/"; done
     ls -l "$stage/in"
     ;;
-  run)
+  run|imports)
     if [ ! -d "$stage/site" ]; then
       tests/device/unpack_payload.sh "$stage" "$stage"/in/engine.tar.xz.part*
     fi
@@ -26,6 +27,7 @@ case "$command" in
       tar -C "$stage" -xzf "$stage/in/extras.tar.gz"  # model/ and render/<inventory>/
     fi
     nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
+    if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)

@@ -171,9 +171,14 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     versions = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                             "'import importlib.metadata as m; print(m.version(\"vllm\"), m.version(\"vllm-omni\"))'")
     assert versions.split() == ["0.26.0", "0.26.0"]
+    # The collection's KV connector sits in the venv's site-packages, and the engine imports it there.
+    connector = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
+                             "'import vllm_omni_serve_kv as k; print(k.__file__, k.REVISION)'").split()[-2:]
+    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.11/site-packages/vllm_omni_serve_kv.py", "1"]
     for pipeline in ("omni0", "omni1"):
         config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
         assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config
+        assert "kv_connector: ServeMooncakeConnector" in config and "kv_connector_module_path: vllm_omni_serve_kv" in config
         assert "No such file" in on(one_host, f"ls /etc/vllm-omni/{pipeline}/stage_config.yaml.candidate 2>&1")
     # A config the installed engine refuses never replaces the live one.
     broken = textwrap.dedent("""

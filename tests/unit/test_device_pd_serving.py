@@ -64,12 +64,12 @@ def test_pd_scenario_serves_measures_and_judges_every_request(rehearsal):
     assert pd["ready"]["ready"] is True
     assert pd["argv"] == plan["hosts"]["h200-device"]["pipelines"][0]["argv"]
     assert pd["connector"].endswith("vllm_omni_serve_kv.py") and Path(pd["connector"]).is_file()
-    for group, count in (("short", 10), ("long", 10), ("concurrent4", 16)):
+    for group, count in (("short", 10), ("long", 10), ("concurrent4", 12)):
         summary = pd["summary"][group]
         assert (summary["requests"], summary["ok"], summary["failed"]) == (count, count, 0)
         assert summary["tokens"] == 32 * count and summary["ttft_ms"]["p50"] > 0 and summary["itl_ms"]["p50"] > 0
-    assert pd["evidence"]["requests_through_prefill_and_decode"] == pd["evidence"]["requests_judged"] == 36
-    assert pd["evidence"]["kv_tokens_received"]["requests"] >= 36
+    assert pd["evidence"]["requests_through_prefill_and_decode"] == pd["evidence"]["requests_judged"] == 32
+    assert pd["evidence"]["kv_tokens_received"]["requests"] >= 32
     assert pd["requests"]["without_key"]["status"] == 401
     assert pd["requests"]["eos_first_token"]["status"] == 200
     assert pd["after"] == {"process_running": True, "health": 200}

@@ -98,3 +98,12 @@ def test_load_format_dummy_is_an_allowed_override():
     assert prefill["engine_args"]["load_format"] == "dummy"
     problems = problems_of(one_host(gpus=range(3), vllm_omni_stage_engine_args={"thinker": {"load_format": "bogus"}}))
     assert len(problems) == 1 and "load_format" in problems[0]
+
+
+def test_pd_plans_say_that_request_sampling_stops_at_prefill_on_0_26():
+    """Seen on an H200: a request's max_tokens 32 reached prefill only; decode made its default 2,048."""
+    plan = build_plan(one_host(gpus=range(3), vllm_omni_stage_sampling_params={"decode": {"max_tokens": 256}}))
+    (warning,) = [w for w in plan["warnings"] if "prefill stage only" in w]
+    assert "max_tokens 256" in warning and "vllm_omni_stage_sampling_params.decode" in warning
+    aggregated = build_plan(one_host(gpus=range(2), vllm_omni_layout="aggregated"))
+    assert not any("prefill stage only" in w for w in aggregated["warnings"])

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Planner benchmark: plan + render 1,024 hosts x 8 GPUs on one core.
 
-    python benchmarks/plan_render.py [--hosts N] [--repeat R]
+    python benchmarks/plan_render.py [--hosts N] [--repeat R] [--scale K]
 
 Prints the best of R runs for planning alone and for planning plus rendering every file of the
-render directory in memory (plan.json, and per pipeline stage_config.yaml, engine.env, argv).
-Target (docs/benchmarks.md): plan + render of 1,024 x 8 in <= 1 s. Runs pinned to one CPU where
-the OS allows it.
+render directory in memory (render_tree: plan.json, each pipeline's files, each host's firewall
+ruleset and the peer set once, ...). Then plans and renders K times the hosts (pd, 0.26.0) to
+check that the cost is linear.
+Targets (docs/benchmarks.md), checked here (exit status 1 when one is missed): plan + render of
+1,024 x 8 (pd, 0.26.0) in <= 1 s, and K x the hosts in <= 1.125 K x that time (4.5x for 4x).
+Runs pinned to one CPU where the OS allows it.
 """
 
 from __future__ import annotations
@@ -45,21 +48,45 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--scale", type=int, default=4, help="also time K x the hosts (pd, 0.26.0); 0: skip")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     print(f"python {sys.version.split()[0]}, {args.hosts} hosts x 8 GPUs, best of {args.repeat}")
+    totals = {}
     for layout, version in (("pd", "0.26.0"), ("aggregated", "0.30.0")):
         inv = inventory(args.hosts, layout, version)
         plan = build_plan(inv)
         pipelines = sum(len(h["pipelines"]) for h in plan["hosts"].values())
         tree = render_tree(plan)
-        size = sum(len(t) for t in tree.values())
+        files, size = len(tree), sum(len(t) for t in tree.values())
+        firewall = sum(len(t) for path, t in tree.items() if path.endswith(".nft"))
+        del plan, tree  # not kept alive while timing: the garbage collector would walk them on every pass
         plan_s = best(lambda inv=inv: build_plan(inv), args.repeat)
         total_s = best(lambda inv=inv: render_tree(build_plan(inv)), args.repeat)
-        print(f"{layout:>10} {version}: {pipelines} pipelines, {len(tree)} files, {size / 1e6:.1f} MB; "
-              f"plan {plan_s:.3f} s, plan + render {total_s:.3f} s")
-    return 0
+        totals[layout] = total_s
+        print(f"{layout:>10} {version}: {pipelines} pipelines, {files} files, {size / 1e6:.1f} MB "
+              f"(firewall {firewall / 1e6:.2f} MB); plan {plan_s:.3f} s, plan + render {total_s:.3f} s")
+    missed = []
+    if args.hosts == 1024 and totals["pd"] > 1.0:
+        missed.append(f"plan + render of 1,024 x 8 (pd) took {totals['pd']:.3f} s (target <= 1 s)")
+    if args.scale > 1:
+        hosts = args.hosts * args.scale
+        inv = inventory(hosts, "pd", "0.26.0")
+        tree = render_tree(build_plan(inv))
+        files, size = len(tree), sum(len(t) for t in tree.values())
+        firewall = sum(len(t) for path, t in tree.items() if path.endswith(".nft"))
+        del tree
+        total_s = best(lambda: render_tree(build_plan(inv)), args.repeat)
+        ratio, bound = total_s / totals["pd"], 1.125 * args.scale
+        print(f"{'pd':>10} 0.26.0 x{args.scale}: {hosts} hosts, {files} files, {size / 1e6:.1f} MB "
+              f"(firewall {firewall / 1e6:.2f} MB); plan + render {total_s:.3f} s = {ratio:.2f}x "
+              f"(linear: <= {bound:.2f}x)")
+        if ratio > bound:
+            missed.append(f"{args.scale}x the hosts took {ratio:.2f}x the time (target <= {bound:.2f}x)")
+    for line in missed:
+        print(f"MISSED: {line}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ description:
   - Text of the host's ruleset file (the plan's C(firewall.ruleset_file)), one table C(inet vllm_omni) whose input
     chain lets loopback, the inventory's hosts and, on the router and Prometheus ports, the configured client networks
     reach the ports the plan listens on, and drops everything else to those ports. Other ports are not filtered.
-  - The file replaces the table atomically when loaded with C(nft -f); C(render.yml) writes the same text to
-    C(<host>/firewall.nft).
+  - The inventory's hosts are the set C(inventory_peers_v4), which the file includes from the plan's
+    C(firewall.peers_file) (see M(vllm_omni.serve.firewall_peers)); that file must be in place before this one is
+    checked (C(nft -c -f)) or loaded. The text holds only this host's rules, whatever the size of the inventory.
+  - The file replaces the table atomically when loaded with C(nft -f), the included peer set in the same transaction;
+    C(render.yml) writes the same text to C(<host>/firewall.nft).
 options:
   _input:
     description: The plan.
@@ -48,9 +51,14 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import 
 def firewall_ruleset(plan, host):
     if not isinstance(plan, dict) or "firewall" not in plan:
         raise AnsibleFilterError("firewall_ruleset expects the plan (with its firewall section) as input")
-    if not plan["firewall"].get("enabled"):
+    firewall = plan["firewall"]
+    if not firewall.get("enabled"):
         raise AnsibleFilterError("the plan's firewall is disabled (vllm_omni_firewall_enabled: false)")
-    return ruleset_text(plain(plan), str(host))
+    host = str(host)
+    # Only this host's part is converted: the whole plan (every host, every peer) per host is quadratic.
+    section = {key: plain(value) for key, value in firewall.items() if key not in ("peers", "per_host")}
+    section["per_host"] = {host: plain(firewall["per_host"][host])} if host in firewall["per_host"] else {}
+    return ruleset_text({"firewall": section}, host)
 
 
 class FilterModule:

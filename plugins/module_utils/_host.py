@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import re
 
-# Units this collection manages: pipelines, the router, the Mooncake master, and the distribution's
-# Prometheus (the monitoring role configures it).
-OWN_UNIT = re.compile(r"/((?:vllm-omni@[A-Za-z0-9_.-]+|vllm-omni-router|mooncake-master|prometheus)\.service)")
 PROCESS = re.compile(r'\("([^"]*)",pid=(\d+)')
+UNIT_IN_CGROUP = re.compile(r"/([A-Za-z0-9_.@:-]+\.service)(?:/|$)", re.MULTILINE)
 
 
-def owner_unit(cgroup_text: str) -> str | None:
-    """The vllm_omni.serve unit a process runs in, from its /proc/<pid>/cgroup, or None."""
-    match = OWN_UNIT.search(cgroup_text)
-    return match.group(1) if match else None
+def owner_unit(cgroup_text: str, own_units: list[str]) -> str | None:
+    """The deployment's unit a process runs in, from its /proc/<pid>/cgroup, or None.
+
+    ``own_units`` are the plan's unit names (``plan["own_units"]``); a template such as
+    ``vllm-omni@.service`` stands for every one of its instances.
+    """
+    for match in UNIT_IN_CGROUP.finditer(cgroup_text):
+        unit = match.group(1)
+        prefix, at, _ = unit.partition("@")
+        if unit in own_units or (at and f"{prefix}@.service" in own_units):
+            return unit
+    return None
 
 
 def _ipv4(hex_address: str) -> str:

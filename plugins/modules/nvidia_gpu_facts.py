@@ -30,6 +30,13 @@ options:
     description: Also run C(nvidia-smi topo -m) for links and affinity.
     type: bool
     default: true
+  own_units:
+    description:
+      - The deployment's unit names (the plan's C(own_units); C(name@.service) stands for every instance). GPU processes
+        in one of them are the deployment's own and do not make a GPU busy. With none given, every process counts.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -102,14 +109,13 @@ class GpuFacts:
                                   stderr=stderr)
         return stdout
 
-    @staticmethod
-    def owners(apps: list[dict]) -> dict[int, str]:
+    def owners(self, apps: list[dict]) -> dict[int, str]:
         """pid -> vllm-omni@ unit, for GPU processes that are this deployment's own pipelines."""
         found = {}
         for app in apps:
             try:
                 with open(f"/proc/{app['pid']}/cgroup", encoding="utf-8") as handle:
-                    unit = owner_unit(handle.read())
+                    unit = owner_unit(handle.read(), self.module.params["own_units"])
             except OSError:  # gone, or another PID namespace (containers): not ours to claim
                 continue
             if unit:
@@ -135,6 +141,7 @@ def build_module() -> AnsibleModule:
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "busy_memory_mib": {"type": "int", "default": 1024},
             "topology": {"type": "bool", "default": True},
+            "own_units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

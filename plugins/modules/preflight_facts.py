@@ -25,6 +25,14 @@ options:
     description: Also list RDMA devices (C(ibv_devices)).
     type: bool
     default: false
+  own_units:
+    description:
+      - The deployment's unit names (the plan's C(own_units); C(name@.service) stands for every instance). A
+        listening socket of a process in one of them is reported with that unit, so preflight does not count the
+        deployment's own services as port conflicts.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -99,7 +107,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def listening_sockets() -> list[dict]:
+def listening_sockets(own_units: list[str]) -> list[dict]:
     """Listening TCP sockets from /proc (no ss needed), with the owning process and our unit, if any."""
     sockets = parse_proc_net_tcp(_read("/proc/net/tcp")) + parse_proc_net_tcp(_read("/proc/net/tcp6"), ipv6=True)
     wanted = {socket["inode"]: socket for socket in sockets}
@@ -121,7 +129,7 @@ def listening_sockets() -> list[dict]:
     for socket in sockets:
         pid = socket.setdefault("pid", None)
         socket["process"] = _read(f"/proc/{pid}/comm").strip() or None if pid else None
-        socket["unit"] = owner_unit(_read(f"/proc/{pid}/cgroup")) if pid else None
+        socket["unit"] = owner_unit(_read(f"/proc/{pid}/cgroup"), own_units) if pid else None
         del socket["inode"]
     return sockets
 
@@ -139,9 +147,10 @@ def memlock_hard() -> str:
 
 def main():
     module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "default": []},
-                                          "rdma": {"type": "bool", "default": False}},
+                                          "rdma": {"type": "bool", "default": False},
+                                          "own_units": {"type": "list", "elements": "str", "default": []}},
                            supports_check_mode=True)
-    listening = listening_sockets()
+    listening = listening_sockets(module.params["own_units"])
     disk = {}
     for path in module.params["paths"]:
         checked = nearest_existing(path)

@@ -17,8 +17,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _firewall, _observability, _yaml
+from . import _firewall, _footprint, _host_files, _observability, _yaml
 from ._planner import PIPELINE_DROPIN as DROPIN_FILE
+from ._planner import gc_paused
 
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"
@@ -99,55 +100,70 @@ def pipeline_files(plan: dict, pipeline: dict, cache: dict | None = None) -> dic
     }
 
 
-def _compact(value) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=True)
-
-
-def _json_object(items: list[tuple[str, str]], indent: str) -> str:
-    """``{"key": <already-encoded value>, ...}`` one member per line, keys sorted."""
-    inner = indent + " "
-    members = [f"{inner}{_compact(key)}: {text}" for key, text in sorted(items)]
-    return "{\n" + ",\n".join(members) + f"\n{indent}}}"
+_compact = json.JSONEncoder(sort_keys=True, ensure_ascii=True).encode  # one encoder, not one per call
+# Sections written one line per host (or per host field and pipeline) so that plan.json diffs stay readable.
+_PER_HOST = ("footprint", "listen_ports", "reserved_ports")
 
 
 def plan_json(plan: dict) -> str:
-    """The plan as JSON: one line per setting, host field and pipeline, so diffs stay readable.
+    """The plan as JSON: one line per setting, host field, pipeline and host footprint.
 
     (``json.dumps(indent=...)`` falls back to the pure-Python encoder: about 5x slower on a
-    1,024-host plan.) The result is ordinary JSON; ``json.loads`` gives back the plan.
+    1,024-host plan.) Written as pieces joined once: nested joins copied the whole text three times
+    (64 MB each at 4,096 hosts). The result is ordinary JSON; ``json.loads`` gives back the plan.
     """
-    top = []
-    for key, value in plan.items():
-        if key == "hosts":
-            hosts = []
-            for host, host_plan in value.items():
-                fields = []
-                for field, item in host_plan.items():
-                    if field == "pipelines":
-                        pipelines = ",\n".join(f"    {_compact(p)}" for p in item)
-                        fields.append((field, f"[\n{pipelines}\n   ]" if item else "[]"))
-                    else:
-                        fields.append((field, _compact(item)))
-                hosts.append((host, _json_object(fields, "  ")))
-            top.append((key, _json_object(hosts, " ") if hosts else "{}"))
-        else:
-            top.append((key, _compact(value)))
-    return _json_object(top, "") + "\n"
+    out: list[str] = ["{\n"]
+    write = out.append
+    for n, key in enumerate(sorted(plan)):
+        write(f",\n {_compact(key)}: " if n else f" {_compact(key)}: ")
+        value = plan[key]
+        if key not in ("hosts", *_PER_HOST) or not value:
+            write(_compact(value))
+            continue
+        write("{\n")
+        for h, host in enumerate(sorted(value)):
+            write(",\n" if h else "")
+            if key in _PER_HOST:
+                write(f"  {_compact(host)}: {_compact(value[host])}")
+                continue
+            write(f"  {_compact(host)}: {{\n")
+            for f, field in enumerate(sorted(value[host])):
+                item = value[host][field]
+                write(f",\n   {_compact(field)}: " if f else f"   {_compact(field)}: ")
+                if field != "pipelines":
+                    write(_compact(item))
+                elif item:
+                    write("[\n" + ",\n".join(f"    {_compact(p)}" for p in item) + "\n   ]")
+                else:
+                    write("[]")
+            write("\n  }")
+        write("\n }")
+    write("\n}\n")
+    return "".join(out)
 
 
 def render_tree(plan: dict) -> dict[str, str]:
-    """{relative path: text} of a whole render directory."""
+    """{relative path: text} of a whole render directory: the plan, and every file each host's footprint lists.
+
+    Per host, ``<host>/`` holds what lands there (``<host>/<pipeline>/`` the pipeline's files and its
+    argv, ``<host>/systemd/`` the units, ...); texts shared by every host (the firewall's peer set,
+    Prometheus' targets) are rendered once, at the top.
+    """
+    with gc_paused():
+        return _render_tree(plan)
+
+
+def _render_tree(plan: dict) -> dict[str, str]:
     tree = {PLAN_FILE: plan_json(plan)}
-    targets_dir = (plan.get("monitoring") or {}).get("targets_dir", "/etc/prometheus/vllm-omni")
+    targets_dir = plan["monitoring"].get("targets_dir", _footprint.PROMETHEUS_TARGETS_DIR)
     for path, text in _observability.prometheus_files(plan, targets_dir).items():
         tree[f"prometheus/{path}"] = text
-    for host in plan.get("firewall", {}).get("per_host", {}):
-        tree[f"{host}/firewall.nft"] = _firewall.ruleset_text(plan, host)
-    cache: dict[int, str] = {}
+    cache: dict = {}
+    for host in plan.get("footprint", {}):
+        tree.update(host_files(plan, host, cache=cache))
     for host, host_plan in plan["hosts"].items():
-        for pipeline in host_plan["pipelines"]:
-            for name, text in pipeline_files(plan, pipeline, cache).items():
-                tree[f"{host}/{pipeline['name']}/{name}"] = text
+        for pipeline in host_plan["pipelines"]:  # argv: not installed, shown for the operator
+            tree[f"{host}/{pipeline['name']}/{ARGV_FILE}"] = argv_text(pipeline)
     return tree
 
 
@@ -211,3 +227,57 @@ def write_tree(tree: dict[str, str], dest: str, check_mode: bool = False) -> dic
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return result
+
+
+# --- every file of one host ---------------------------------------------------------------------
+
+
+def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
+    """The text of render entry ``key`` (one of ``plan["footprint"][host]["files"]``)."""
+    if key == _firewall.RENDER_PEERS_FILE:
+        if key not in cache:
+            cache[key] = _firewall.peers_text(plan)
+        return cache[key]
+    if key.startswith("prometheus/targets/"):
+        if "prometheus" not in cache:
+            cache["prometheus"] = _observability.prometheus_files(plan, plan["monitoring"]["targets_dir"])
+        return cache["prometheus"][key.removeprefix("prometheus/")]
+    local = key.removeprefix(f"{host}/")
+    kind, _, name = local.partition("/")
+    if local == _firewall.RENDER_RULESET_FILE:
+        return _firewall.ruleset_text(plan, host)
+    if kind == "systemd":
+        return _systemd_text(plan, host, name, cache)
+    if kind == "sysctl":
+        return _host_files.sysctl_text(plan, host)
+    if kind == "router":
+        return _host_files.router_shape_text(plan, host)
+    if kind == "prometheus":
+        if name == "prometheus.yml":
+            return _host_files.prometheus_config(
+                plan, host, _observability.scrape_configs(plan, plan["monitoring"]["targets_dir"]))
+        return _host_files.prometheus_defaults(plan, host)
+    pipeline = next(p for p in plan["hosts"][host]["pipelines"] if p["name"] == kind)
+    return pipeline_files(plan, pipeline, cache.setdefault("documents", {}))[name]
+
+
+def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
+    if unit == _footprint.ENGINE_UNIT_TEMPLATE:
+        if unit not in cache:  # the same on every engine host
+            cache[unit] = _host_files.engine_template_unit(plan)
+        return cache[unit]
+    if unit == _footprint.ROUTER_UNIT:
+        return _host_files.router_unit(plan, host)
+    if unit == _footprint.MASTER_UNIT:
+        return _host_files.master_unit(plan, host)
+    if unit not in cache:
+        cache[unit] = _host_files.firewall_unit(plan)
+    return cache[unit]
+
+
+def host_files(plan: dict, host: str, components: list[str] | None = None, cache: dict | None = None) -> dict[str, str]:
+    """{render key: text} of every file the plan's footprint installs on ``host`` (or those of ``components``)."""
+    cache = {} if cache is None else cache
+    return {entry["render"]: _host_text(plan, host, entry["render"], cache)
+            for entry in plan["footprint"].get(host, {}).get("files", [])
+            if components is None or entry["component"] in components}

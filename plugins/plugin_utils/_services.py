@@ -10,7 +10,7 @@ only install and start what the plan says.
 
 from __future__ import annotations
 
-from . import _engine_data
+from . import _engine_data, _footprint
 
 
 def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
@@ -32,6 +32,7 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
             # this wait and its health checker keeps the dead pipeline out until it answers.
             "--worker-startup-timeout-secs", "120",
             "--worker-startup-check-interval", "2",
+            "--log-level", settings["vllm_omni_router_log_level"],
         ]
         retries = settings["vllm_omni_router_max_retries"]
         argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
@@ -48,7 +49,8 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     return {
         "hosts": sorted(hosts),
         "defaulted": defaulted,
-        "unit": "vllm-omni-router.service",
+        "unit": _footprint.ROUTER_UNIT,
+        "shape_file": _footprint.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
         "package": f"vllm-router=={version}",
         "venv": venv,
         "port": port,
@@ -63,7 +65,7 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     }
 
 
-MASTER_UNIT = "mooncake-master.service"
+MASTER_UNIT = _footprint.MASTER_UNIT
 
 
 def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
@@ -104,14 +106,17 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
 
 def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
     if not settings["vllm_omni_monitoring_enabled"]:
-        return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
+        return {"enabled": False, "hosts": []}
     port = settings["vllm_omni_prometheus_port"]
+    # file_sd target files: engines and routers always, the master's when it runs.
+    stems = ["engines", "routers"] + (["mooncake-master"] if settings["vllm_omni_mooncake_master_enabled"] else [])
     return {
         "enabled": True,
         "hosts": sorted(hosts),
         "defaulted": defaulted,
         "port": port,
-        "targets_dir": "/etc/prometheus/vllm-omni",
+        "targets_dir": _footprint.PROMETHEUS_TARGETS_DIR,
+        "target_files": [f"{stem}.json" for stem in stems],
         "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",
                             "listen_address": f"{ips[host]}:{port}"} for host in sorted(hosts)},
         "listen_ports": {host: [{"service": "prometheus", "purpose": "web", "first": port, "last": port}]

@@ -34,6 +34,18 @@ _RESERVED = frozenset(
 )
 
 
+def _float(value: float) -> str:
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value)
+    if "e" in text and "." not in text.split("e")[0]:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
 def _scalar(value) -> str:
     if value is None:
         return "null"
@@ -44,15 +56,7 @@ def _scalar(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        if "e" in text and "." not in text.split("e")[0]:
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent}"
-        return text
+        return _float(value)
     if isinstance(value, str):
         return _string(value)
     raise TypeError(f"cannot emit {type(value).__name__} as YAML")
@@ -78,31 +82,44 @@ def _key(key) -> str:
     return _string(key)
 
 
-def _emit(value, indent: int, out: list[str]) -> None:
-    pad = " " * indent
+# Scalar text by exact type, the emitter's fast path (a bool is also an int, hence exact types);
+# anything else (subclasses, empty collections, what cannot be emitted) goes through _inline.
+_BY_TYPE = {str: _string, int: str, float: _float, bool: {True: "true", False: "false"}.__getitem__,
+            type(None): lambda _: "null"}
+
+
+def _emit(value, pad: str, lead: str, out: list[str]) -> None:
+    """Append the block lines of a non-empty dict or list: the first starts with ``lead``, the others with ``pad``.
+
+    A collection inside a list gets the list's "- " as the lead of its first line, so no line is
+    written twice. Scalars, most of a document, cost one dict lookup and one cached call each.
+    """
+    by_type = _BY_TYPE
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(item, (dict, list)) and item:
-                out.append(f"{pad}{_key(key)}:")
-                _emit(item, indent + 2 if isinstance(item, dict) else indent, out)
+            key_text = _string(key) if type(key) is str else _key(key)
+            text = by_type.get(type(item))
+            if text is not None:
+                out.append(f"{lead}{key_text}: {text(item)}")
+            elif isinstance(item, (dict, list)) and item:
+                out.append(f"{lead}{key_text}:")
+                if isinstance(item, dict):
+                    _emit(item, pad + "  ", pad + "  ", out)
+                else:
+                    _emit(item, pad, pad, out)
             else:
-                out.append(f"{pad}{_key(key)}: {_inline(item)}")
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, dict) and item:
-                lines: list[str] = []
-                _emit(item, indent + 2, lines)
-                lines[0] = f"{pad}- {lines[0][indent + 2:]}"
-                out.extend(lines)
-            elif isinstance(item, list) and item:
-                lines = []
-                _emit(item, indent + 2, lines)
-                lines[0] = f"{pad}- {lines[0][indent + 2:]}"
-                out.extend(lines)
-            else:
-                out.append(f"{pad}- {_inline(item)}")
+                out.append(f"{lead}{key_text}: {_inline(item)}")
+            lead = pad
     else:
-        out.append(pad + _scalar(value))
+        for item in value:
+            text = by_type.get(type(item))
+            if text is not None:
+                out.append(f"{lead}- {text(item)}")
+            elif isinstance(item, (dict, list)) and item:
+                _emit(item, pad + "  ", lead + "- ", out)
+            else:
+                out.append(f"{lead}- {_inline(item)}")
+            lead = pad
 
 
 def _inline(value) -> str:
@@ -118,5 +135,5 @@ def dump(document) -> str:
     if not isinstance(document, (dict, list)) or not document:
         return _inline(document) + "\n"
     out: list[str] = []
-    _emit(document, 0, out)
+    _emit(document, "", "", out)
     return "\n".join(out) + "\n"

@@ -71,7 +71,8 @@ def test_own_pipeline_processes_do_not_make_a_gpu_busy():
     uuid = facts_of("h200x2")["gpus"][0]["uuid"]
     query = (GPU / "h200x2" / "query-gpu.csv").read_text().replace(", 143771, 0,", ", 143771, 120000,", 1)
     apps = f"900, {uuid}, python3, 118000\n901, {uuid}, python3, 1500\n"
-    owners = {900: owner_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni0.service\n")}
+    owners = {900: owner_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni0.service\n",
+                              ["vllm-omni@.service"])}
     facts = _gpu.build_facts(query, apps, (GPU / "h200x2" / "nvidia-smi.txt").read_text(), None, 1024, owners)
     gpu = facts["gpus"][0]
     assert gpu["own_units"] == ["vllm-omni@omni0.service"]

@@ -27,8 +27,10 @@ def test_ipv6_any_and_mapped_addresses():
 
 
 def test_owner_units_are_only_ours():
-    assert owner_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni1.service\n") == "vllm-omni@omni1.service"
-    assert owner_unit("0::/system.slice/vllm-omni-router.service\n") == "vllm-omni-router.service"
-    assert owner_unit("0::/system.slice/mooncake-master.service\n") == "mooncake-master.service"
-    assert owner_unit("0::/system.slice/prometheus.service\n") == "prometheus.service"
-    assert owner_unit("0::/system.slice/nginx.service\n") is None
+    own = ["vllm-omni@.service", "vllm-omni-router.service", "mooncake-master.service", "prometheus.service"]
+    assert owner_unit("0::/system.slice/system-vllm\\x2domni.slice/vllm-omni@omni1.service\n", own) == "vllm-omni@omni1.service"
+    assert owner_unit("0::/system.slice/vllm-omni-router.service\n", own) == "vllm-omni-router.service"
+    assert owner_unit("0::/system.slice/mooncake-master.service\n", own) == "mooncake-master.service"
+    assert owner_unit("0::/system.slice/prometheus.service\n", own) == "prometheus.service"
+    assert owner_unit("0::/system.slice/nginx.service\n", own) is None
+    assert owner_unit("0::/system.slice/vllm-omni-router.service\n", []) is None  # nothing is ours without a plan

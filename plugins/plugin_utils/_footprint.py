@@ -1,0 +1,287 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Every name and path the collection creates on a host, and each host's footprint.
+
+This module owns unit names, unit file paths, service accounts and their homes, and the fixed
+paths (kernel settings, firewall ruleset, Prometheus files, the installed-footprint record). The
+paths under the operator's roots (``vllm_omni_install_root``, ``vllm_omni_config_root``,
+``vllm_omni_hf_home``) come from the settings; the planner puts all of them in ``plan["paths"]``.
+
+A host's footprint (``plan["footprint"][host]``) lists what a deploy creates there: accounts,
+directories, files (each with the render-directory key whose text it receives), units and venvs,
+plus what uninstall keeps. Roles install from it, ``stop``/``uninstall``/``status`` loop over it,
+and deploy records it on the host (``paths.footprint_record``) so the next run can prune what the
+plan no longer has without globbing for units.
+"""
+
+from __future__ import annotations
+
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+# Every pipeline is an instance of this template unit, with its own drop-in.
+ENGINE_UNIT_TEMPLATE = "vllm-omni@.service"
+PIPELINE_DROPIN = "10-pipeline.conf"  # <unit>.d/10-pipeline.conf: EnvironmentFile + exact ExecStart
+ROUTER_UNIT = "vllm-omni-router.service"
+MASTER_UNIT = "mooncake-master.service"
+FIREWALL_UNIT = "vllm-omni-firewall.service"
+PROMETHEUS_UNIT = "prometheus.service"  # the distribution's (Debian, EPEL); the monitoring role configures it
+# Units whose processes are the deployment's own (not foreign load) for GPU discovery and preflight.
+OWN_UNITS = [ENGINE_UNIT_TEMPLATE, ROUTER_UNIT, MASTER_UNIT, PROMETHEUS_UNIT]
+
+# Service accounts: (user, group, home). Each runs its services only; none can log in.
+ENGINE_ACCOUNT = ("vllm-omni", "vllm-omni", "/var/lib/vllm-omni")  # home: caches (vLLM, Triton, torch), cwd
+ROUTER_ACCOUNT = ("vllm-omni-router", "vllm-omni-router", "/var/lib/vllm-omni-router")
+MASTER_ACCOUNT = ("mooncake", "mooncake", "/var/lib/mooncake")
+ENGINE_HOME = ENGINE_ACCOUNT[2]
+
+MOONCAKE_SYSCTL = "/etc/sysctl.d/60-vllm-omni-mooncake.conf"
+# Not under the config root: that directory belongs to the engine user's group (0750).
+FIREWALL_DIR = "/etc/nftables.d"
+ROUTER_STATE_DIR = "/etc/vllm-omni-router"
+ROUTER_SHAPE = f"{ROUTER_STATE_DIR}/argv-shape.json"  # the router's argv without workers: a change restarts it
+PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"  # Debian's and EPEL's package alike
+PROMETHEUS_DEFAULTS = "/etc/default/prometheus"  # ARGS= of the packaged unit
+PROMETHEUS_TARGETS_DIR = "/etc/prometheus/vllm-omni"
+HOST_WHEELHOUSE = "/var/cache/vllm-omni/wheelhouse"  # wheel sets while a venv installs; removed after
+# What the last deploy created on a host (its footprint): prune and uninstall read it.
+STATE_DIR = "/var/lib/vllm-omni-serve"
+FOOTPRINT_RECORD = f"{STATE_DIR}/footprint.json"
+
+
+def pipeline_unit(name: str) -> str:
+    return f"vllm-omni@{name}.service"
+
+
+def unit_path(unit: str) -> str:
+    return f"{SYSTEMD_UNIT_DIR}/{unit}"
+
+
+def dropin_path(unit: str) -> str:
+    return f"{SYSTEMD_UNIT_DIR}/{unit}.d/{PIPELINE_DROPIN}"
+
+
+def fixed_paths(settings: dict) -> dict:
+    """``plan["paths"]``: every path a role or playbook uses, from the settings and the constants above."""
+    root = settings["vllm_omni_install_root"]
+    return {
+        "install_root": root,
+        "unit_dir": SYSTEMD_UNIT_DIR,
+        "engine_home": ENGINE_HOME,
+        "engine_unit_template": unit_path(ENGINE_UNIT_TEMPLATE),
+        "config_root": settings["vllm_omni_config_root"],
+        "hf_home": settings["vllm_omni_hf_home"],
+        "tools_venv": f"{root}/tools",  # uv, installed from the wheelhouse
+        "host_wheelhouse": HOST_WHEELHOUSE,
+        "mooncake_sysctl": MOONCAKE_SYSCTL,
+        "footprint_record": FOOTPRINT_RECORD,
+        "own_units": list(OWN_UNITS),
+    }
+
+
+# --- footprints ---------------------------------------------------------------------------------
+
+
+def _account(component: str, account: tuple[str, str, str]) -> dict:
+    user, group, home = account
+    return {"component": component, "user": user, "group": group, "home": home}
+
+
+def _directory(path: str, component: str, owner: str = "root", group: str = "root", mode: str = "0755",
+               remove: str = "always") -> dict:
+    """``remove``: always (ours alone), if_empty (a shared parent such as /etc/nftables.d), never (kept data)."""
+    return {"path": path, "component": component, "owner": owner, "group": group, "mode": mode, "remove": remove}
+
+
+def _file(path: str, render: str, component: str, owner: str = "root", group: str = "root", mode: str = "0644",
+          secrets: bool = False) -> dict:
+    """A file whose text is the render directory's ``render`` entry (plus host-only secrets if ``secrets``)."""
+    return {"path": path, "render": render, "component": component, "owner": owner, "group": group, "mode": mode,
+            "secrets": secrets}
+
+
+def _sysctl(host: str) -> dict:
+    """Kernel settings on every host the Mooncake play runs on (engine and master hosts)."""
+    return _file(MOONCAKE_SYSCTL, f"{host}/sysctl/{MOONCAKE_SYSCTL.rsplit('/', 1)[1]}", "mooncake")
+
+
+def _engine_part(plan: dict, host: str) -> dict:
+    paths = plan["paths"]
+    user, group, _ = ENGINE_ACCOUNT
+    pipelines = plan["hosts"][host]["pipelines"]
+    directories = [
+        _directory(paths["config_root"], "engine", group=group, mode="0750"),
+        _directory(paths["hf_home"], "engine", owner=user, group=group, mode="0750", remove="never"),
+    ]
+    files = [_file(paths["engine_unit_template"], f"{host}/systemd/{ENGINE_UNIT_TEMPLATE}", "engine")]
+    units = []
+    for pipeline in pipelines:
+        name, unit = pipeline["name"], pipeline["unit"]
+        directories.append(_directory(pipeline["paths"]["config_dir"], "engine", group=group, mode="0750"))
+        directories.append(_directory(f"{SYSTEMD_UNIT_DIR}/{unit}.d", "engine"))
+        files += [
+            _file(pipeline["paths"]["stage_config"], f"{host}/{name}/stage_config.yaml", "engine", group=group,
+                  mode="0640"),
+            _file(pipeline["paths"]["env_file"], f"{host}/{name}/engine.env", "engine", group=group, mode="0640",
+                  secrets=True),
+            _file(pipeline["paths"]["unit_dropin"], f"{host}/{name}/{PIPELINE_DROPIN}", "engine"),
+        ]
+        units.append({"name": unit, "component": "engine", "pipeline": name})
+    venvs = [plan["backend"]["venv"]]
+    files.append(_sysctl(host))
+    return {"accounts": [_account("engine", ENGINE_ACCOUNT)], "directories": directories, "files": files,
+            "units": units, "venvs": venvs}
+
+
+def _router_part(plan: dict, host: str) -> dict:
+    return {
+        "accounts": [_account("router", ROUTER_ACCOUNT)],
+        "directories": [_directory(ROUTER_STATE_DIR, "router")],
+        "files": [_file(unit_path(ROUTER_UNIT), f"{host}/systemd/{ROUTER_UNIT}", "router"),
+                  _file(ROUTER_SHAPE, f"{host}/router/argv-shape.json", "router")],
+        "units": [{"name": ROUTER_UNIT, "component": "router"}],
+        "venvs": [plan["router"]["venv"]],
+    }
+
+
+def _master_part(plan: dict, host: str) -> dict:
+    return {
+        "accounts": [_account("mooncake_master", MASTER_ACCOUNT)],
+        "directories": [],
+        "files": [_file(unit_path(MASTER_UNIT), f"{host}/systemd/{MASTER_UNIT}", "mooncake_master"), _sysctl(host)],
+        "units": [{"name": MASTER_UNIT, "component": "mooncake_master"}],
+        "venvs": [plan["mooncake_master"]["venv"]],
+    }
+
+
+def _firewall_part(plan: dict, host: str) -> dict:
+    firewall = plan["firewall"]
+    files = [_file(unit_path(FIREWALL_UNIT), f"{host}/systemd/{FIREWALL_UNIT}", "firewall"),
+             _file(firewall["ruleset_file"], f"{host}/firewall.nft", "firewall")]
+    if firewall.get("peers_file"):
+        files.insert(0, _file(firewall["peers_file"], "firewall/peers.nft", "firewall"))
+    return {"accounts": [], "directories": [_directory(FIREWALL_DIR, "firewall", remove="if_empty")], "files": files,
+            "units": [{"name": FIREWALL_UNIT, "component": "firewall"}], "venvs": []}
+
+
+def _monitoring_part(plan: dict, host: str) -> dict:
+    targets = [_file(f"{PROMETHEUS_TARGETS_DIR}/{name}", f"prometheus/targets/{name}", "monitoring")
+               for name in plan["monitoring"]["target_files"]]
+    return {
+        "accounts": [],
+        "directories": [_directory(PROMETHEUS_TARGETS_DIR, "monitoring")],
+        # The package's own files: written by us, left in place (package defaults would be gone anyway).
+        "files": [_file(PROMETHEUS_CONFIG, f"{host}/prometheus/prometheus.yml", "monitoring"),
+                  _file(PROMETHEUS_DEFAULTS, f"{host}/prometheus/defaults", "monitoring"), *targets],
+        "units": [],
+        "venvs": [],
+    }
+
+
+def _merge(parts: list[dict]) -> dict:
+    merged: dict = {"accounts": [], "directories": [], "files": [], "units": [], "venvs": []}
+    for part in parts:
+        for key in merged:
+            for item in part[key]:
+                if item not in merged[key]:
+                    merged[key].append(item)
+    return merged
+
+
+def host_footprint(plan: dict, host: str) -> dict:
+    """What a deploy creates on ``host``: accounts, directories, files, units, venvs; and what stays."""
+    parts = []
+    if host in plan["hosts"] and plan["hosts"][host]["pipelines"]:
+        parts.append(_engine_part(plan, host))
+    if host in plan["router"]["per_host"]:
+        parts.append(_router_part(plan, host))
+    if plan["mooncake_master"]["enabled"] and host in plan["mooncake_master"]["per_host"]:
+        parts.append(_master_part(plan, host))
+    if plan["firewall"]["enabled"] and host in plan["firewall"]["per_host"]:
+        parts.append(_firewall_part(plan, host))
+    if plan["monitoring"]["enabled"] and host in plan["monitoring"]["per_host"]:
+        parts.append(_monitoring_part(plan, host))
+    footprint = _merge(parts)
+    if footprint["venvs"]:
+        footprint["venvs"].append(plan["paths"]["tools_venv"])
+        footprint["directories"].append(_directory(plan["paths"]["install_root"], "venvs"))
+    footprint["directories"].append(_directory(STATE_DIR, "record"))
+    footprint["kept"] = [d["path"] for d in footprint["directories"] if d["remove"] == "never"]
+    return footprint
+
+
+def footprints(plan: dict) -> dict[str, dict]:
+    """``plan["footprint"]``: every host of the plan (engine, router, master, monitoring, firewall peers)."""
+    hosts = set(plan["hosts"]) | set(plan["router"]["per_host"]) | set(plan["monitoring"].get("per_host", {}))
+    hosts |= set(plan["mooncake_master"].get("per_host", {}))
+    return {host: host_footprint(plan, host) for host in sorted(hosts)}
+
+
+# --- what to take away --------------------------------------------------------------------------
+
+EMPTY = {"accounts": [], "directories": [], "files": [], "units": [], "venvs": [], "kept": []}
+
+
+def _deepest_first(directories: list[dict]) -> list[dict]:
+    return sorted(directories, key=lambda d: (-d["path"].count("/"), d["path"]))
+
+
+def stale(recorded: dict | None, current: dict | None, components: list[str] | None = None) -> dict:
+    """What an earlier deploy created on a host that the plan no longer has (prune).
+
+    ``recorded`` is the host's footprint record (None: nothing recorded), ``current`` the plan's
+    footprint for the host (None: the host has no part in the plan any more). ``components``
+    restricts the answer to those components (the engine role prunes its pipelines before it
+    restarts anything; the rest waits for the end of the deploy). Directories come deepest first;
+    kept directories (the model cache) are never stale.
+    """
+    recorded, current = recorded or EMPTY, current or EMPTY
+
+    def wanted(item: dict) -> bool:
+        return components is None or item.get("component") in components
+
+    keys = {"units": "name", "files": "path", "directories": "path", "accounts": "user"}
+    result = {}
+    for section, key in keys.items():
+        present = {item[key] for item in current[section]}
+        result[section] = [item for item in recorded[section]
+                           if item[key] not in present and wanted(item) and item.get("remove") != "never"]
+    result["directories"] = _deepest_first(result["directories"])
+    result["venvs"] = [v for v in recorded["venvs"] if v not in current["venvs"]] if components is None else []
+    return result
+
+
+def everything(recorded: dict | None, current: dict | None, purge: bool = False) -> dict:
+    """Uninstall: the union of what was recorded and what the plan says, kept directories only when ``purge``."""
+    recorded, current = recorded or EMPTY, current or EMPTY
+    merged = _merge([recorded, current])
+    directories = [d for d in merged["directories"] if purge or d["remove"] != "never"]
+    # Without purge the model cache and the service accounts' homes (their caches) stay.
+    kept = [] if purge else sorted({d["path"] for d in merged["directories"] if d["remove"] == "never"}
+                                   | {a["home"] for a in merged["accounts"]})
+    return {**merged, "directories": _deepest_first(directories), "kept": kept}
+
+
+def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
+    """The parts of ``plan`` one host's files are made of, each passed through ``convert``.
+
+    Filters run once per host: converting the whole plan (every host's pipelines, every peer) for
+    each host would make a deploy quadratic in the number of hosts. A monitoring host needs every
+    pipeline (its scrape targets); other hosts need their own.
+    """
+    firewall = plan["firewall"]
+    monitoring = plan["monitoring"]
+    hosts = plan["hosts"] if host in monitoring.get("per_host", {}) else {h: plan["hosts"][h] for h in (host,)
+                                                                         if h in plan["hosts"]}
+    own_firewall = {key: value for key, value in firewall.items() if key not in ("per_host", "peers")}
+    own_firewall["per_host"] = {host: firewall["per_host"][host]} if host in firewall.get("per_host", {}) else {}
+    # The peer list only where the peers file is rendered: it is the one deployment-wide part.
+    own_firewall["peers"] = firewall.get("peers", []) if own_firewall["per_host"] else []
+    keep = ("schema", "layout", "paths", "engine", "backend", "settings", "hardening", "router", "mooncake_master",
+            "monitoring", "served_model_name")
+    sliced = {key: convert(plan[key]) for key in keep if key in plan}
+    sliced.update({"hosts": convert(hosts), "firewall": convert(own_firewall),
+                   "footprint": {host: convert(plan["footprint"][host])} if host in plan.get("footprint", {}) else {},
+                   "reserved_ports": {host: convert(plan["reserved_ports"][host])}
+                   if host in plan.get("reserved_ports", {}) else {}})
+    return sliced

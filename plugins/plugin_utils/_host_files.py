@@ -1,0 +1,182 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The texts of every file a deploy installs outside the pipelines' own: units, kernel settings,
+the router's restart marker, Prometheus' configuration. Serialisation only: every value is the plan's.
+
+``files_of(plan, host)`` gives ``{render key: text}`` for what ``plan["footprint"][host]`` lists;
+``render.yml`` writes the same texts and the roles copy them, so a render directory is what lands
+on the hosts, byte for byte (engine.env plus the host-only secrets block aside).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from . import _footprint, _yaml
+
+# Engine units: restart with back-off; a cold model load can exceed 10 minutes.
+ENGINE_RESTART_SEC = 15
+ENGINE_START_LIMIT = (900, 5)  # (interval seconds, starts) before systemd gives up
+ENGINE_STOP_TIMEOUT = 120  # in-flight requests finish
+START_MARGIN = 600  # TimeoutStartSec = the engine's own --init-timeout + this
+LIMIT_NOFILE = 1048576
+# Kernel settings (Mooncake): large registrations map many regions.
+VM_MAX_MAP_COUNT = 1048576
+PROMETHEUS_SCRAPE_INTERVAL = "15s"
+PROMETHEUS_RETENTION = "15d"
+DOCUMENTATION = "https://github.com/vllm-omni-serve/vllm_omni.serve"
+
+_SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_./:=,@+-]+")
+
+
+def systemd_word(word: str) -> str:
+    """One ExecStart= argument: bare when safe, else quoted (systemd.service "Command lines")."""
+    if _SYSTEMD_PLAIN.fullmatch(word):
+        return word
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def exec_line(argv: list[str]) -> str:
+    return " ".join(systemd_word(word) for word in argv)
+
+
+def directives_text(entries: list[dict]) -> str:
+    """systemd [Service] lines for the plan's hardening entries; a dropped directive stays as a comment."""
+    lines = []
+    for entry in entries:
+        if entry["why"]:
+            lines.append(f"# {entry['directive']}: {entry['why']}")
+        if entry["value"] is None:
+            lines.append(f"# {entry['directive']} not set")
+        else:
+            lines.append(f"{entry['directive']}={entry['value']}")
+    return "\n".join(lines)
+
+
+def _unit(header: list[str], unit: list[str], service: list[str], hardening: list[dict]) -> str:
+    return "\n".join([
+        *(f"# {line}" for line in header),
+        "[Unit]", *unit, "",
+        "[Service]", *service,
+        "# Sandbox (docs/security.md has the exposure scores).",
+        directives_text(hardening), "",
+        "[Install]", "WantedBy=multi-user.target", "",
+    ])
+
+
+def _network_online() -> list[str]:
+    return ["After=network-online.target", "Wants=network-online.target"]
+
+
+def engine_template_unit(plan: dict) -> str:
+    user, group, home = _footprint.ENGINE_ACCOUNT
+    interval, burst = ENGINE_START_LIMIT
+    init_timeout = plan["settings"]["vllm_omni_init_timeout"]["value"]
+    return _unit(
+        [f"{plan['paths']['engine_unit_template']}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
+         "One instance per pipeline: vllm-omni@<pipeline>.service. Each instance's drop-in",
+         f"vllm-omni@<pipeline>.service.d/{_footprint.PIPELINE_DROPIN} holds its EnvironmentFile and exact ExecStart;",
+         "`systemctl cat vllm-omni@<pipeline>` shows both."],
+        ["Description=vLLM-Omni pipeline %i (vllm_omni.serve)", f"Documentation={DOCUMENTATION}",
+         *_network_online(), f"StartLimitIntervalSec={interval}", f"StartLimitBurst={burst}"],
+        ["Type=simple", f"User={user}", f"Group={group}", f"WorkingDirectory={home}", "Restart=on-failure",
+         f"RestartSec={ENGINE_RESTART_SEC}", f"TimeoutStartSec={init_timeout + START_MARGIN}",
+         f"TimeoutStopSec={ENGINE_STOP_TIMEOUT}",
+         "# Mooncake registers GPU memory for RDMA; vLLM opens many sockets and files.",
+         "LimitMEMLOCK=infinity", f"LimitNOFILE={LIMIT_NOFILE}", "SyslogIdentifier=vllm-omni-%i"],
+        plan["hardening"]["engine"])
+
+
+def router_unit(plan: dict, host: str) -> str:
+    user, group, _ = _footprint.ROUTER_ACCOUNT
+    return _unit(
+        [f"{_footprint.unit_path(_footprint.ROUTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
+         "vllm-router in front of every pipeline of the plan. Clients authenticate with the API key the",
+         "pipelines enforce (vllm-router forwards the Authorization header; its own --api-key is only",
+         "used towards workers, so it is not set here)."],
+        ["Description=vLLM-Omni router (vllm_omni.serve)", *_network_online()],
+        ["Type=simple", f"User={user}", f"Group={group}",
+         f"ExecStart={exec_line(plan['router']['per_host'][host]['argv'])}",
+         "Restart=on-failure", "RestartSec=5", f"LimitNOFILE={LIMIT_NOFILE}", "SyslogIdentifier=vllm-omni-router"],
+        plan["hardening"]["router"])
+
+
+def router_shape(argv: list[str]) -> list[str]:
+    """The router's argv without its worker list: membership changes live, anything else restarts it."""
+    shape, skipping = [], False
+    for word in argv:
+        if word == "--worker-urls":
+            shape.append(word)
+            skipping = True
+            continue
+        if skipping and not str(word).startswith("--"):
+            continue
+        skipping = False
+        shape.append(word)
+    return shape
+
+
+def router_shape_text(plan: dict, host: str) -> str:
+    return json.dumps(router_shape(plan["router"]["per_host"][host]["argv"]), indent=4) + "\n"
+
+
+def master_unit(plan: dict, host: str) -> str:
+    user, group, _ = _footprint.MASTER_ACCOUNT
+    return _unit(
+        [f"{_footprint.unit_path(_footprint.MASTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
+         "mooncake_master for Mooncake store connectors, bound to this host's address. The embedded HTTP",
+         "metadata server stays off: it ignores --http_metadata_server_host and binds every interface."],
+        ["Description=Mooncake master (vllm_omni.serve)", *_network_online()],
+        ["Type=simple", f"User={user}", f"Group={group}",
+         f"ExecStart={exec_line(plan['mooncake_master']['per_host'][host]['argv'])}",
+         "Restart=on-failure", "RestartSec=5", "LimitMEMLOCK=infinity", f"LimitNOFILE={LIMIT_NOFILE}"],
+        plan["hardening"]["mooncake_master"])
+
+
+def firewall_unit(plan: dict) -> str:
+    firewall = plan["firewall"]
+    nft_load = f"/usr/sbin/nft -f {firewall['ruleset_file']}"
+    return _unit(
+        [f"{_footprint.unit_path(_footprint.FIREWALL_UNIT)}: rendered by vllm_omni.serve from the plan.",
+         f"Loads {firewall['ruleset_file']} (table inet {firewall['table']}). Stopping it deletes that table only.",
+         "nftables.service's `flush ruleset` would drop it: PartOf/ReloadPropagatedFrom load it again",
+         "whenever nftables.service restarts or reloads."],
+        [f"Description=vLLM-Omni firewall (nftables table inet {firewall['table']}; vllm_omni.serve)",
+         "After=nftables.service", "PartOf=nftables.service", "ReloadPropagatedFrom=nftables.service",
+         "Before=network-online.target"],
+        ["Type=oneshot", "RemainAfterExit=yes", f"ExecStart={nft_load}", f"ExecReload={nft_load}",
+         f"ExecStop=-/usr/sbin/nft delete table inet {firewall['table']}"],
+        plan["hardening"]["firewall"])
+
+
+def sysctl_text(plan: dict, host: str) -> str:
+    lines = [f"# {_footprint.MOONCAKE_SYSCTL}: rendered by vllm_omni.serve from the plan (Mooncake kernel settings).",
+             "# Large transfer-engine registrations map many regions.",
+             f"vm.max_map_count = {VM_MAX_MAP_COUNT}",
+             "# Every port the plan puts on this host, kept out of the ephemeral range so an outgoing",
+             "# connection never holds one when a unit restarts.",
+             f"net.ipv4.ip_local_reserved_ports = {plan['reserved_ports'][host]}"]
+    if plan["settings"]["vllm_omni_mooncake_protocol"]["value"] == "tcp":
+        lines += ["# TCP transfers open many short connections.", "net.ipv4.tcp_tw_reuse = 1"]
+    return "\n".join(lines) + "\n"
+
+
+def prometheus_config(plan: dict, host: str, scrape_configs: list[dict]) -> str:
+    listen = plan["monitoring"]["per_host"][host]["listen_address"]
+    document = {
+        "global": {"scrape_interval": PROMETHEUS_SCRAPE_INTERVAL, "evaluation_interval": PROMETHEUS_SCRAPE_INTERVAL,
+                   "external_labels": {"deployment": "vllm-omni"}},
+        "scrape_configs": [*scrape_configs, {"job_name": "prometheus", "static_configs": [{"targets": [listen]}]}],
+    }
+    return (f"# {_footprint.PROMETHEUS_CONFIG}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"
+            + _yaml.dump(document))
+
+
+def prometheus_defaults(plan: dict, host: str) -> str:
+    listen = plan["monitoring"]["per_host"][host]["listen_address"]
+    return (f"# {_footprint.PROMETHEUS_DEFAULTS}: rendered by vllm_omni.serve from the plan (the packaged unit's ARGS).\n"
+            f'ARGS="--web.listen-address={listen} --storage.tsdb.retention.time={PROMETHEUS_RETENTION}"\n')

@@ -1,0 +1,362 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The hosts of a deployment: which group each is in, and what each engine host can run.
+
+Groups first: the engine hosts, and the router, Mooncake master and monitoring hosts, defaulted
+to an engine (or router) host where the inventory leaves the group empty. Then per host: its
+address (``vllm_omni_ip``, or ``ansible_host`` when that is an address), its GPUs (declared,
+discovered, or declared and checked against discovery), how many pipelines fit on them, and
+whether the ports those pipelines and the host's services need fit together. Last, the plan's
+section for each engine host, around the pipelines ``_pipelines`` built for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from . import _ports
+from ._pipelines import Deployment
+from ._problems import Problems, host_where
+from ._settings import BY_NAME, SettingError, show
+
+ENGINE_GROUP = "vllm_omni"
+ROUTER_GROUP = "vllm_omni_router"
+MASTER_GROUP = "vllm_omni_mooncake_master"
+MONITORING_GROUP = "vllm_omni_monitoring"
+HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+# --- groups -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostGroups:
+    """The hosts of each group, deduplicated; services default to a host of another group when theirs is empty."""
+
+    engine_hosts: list[str]  # sorted
+    router_hosts: list[str]
+    master_hosts: list[str]
+    monitoring_hosts: list[str]
+    all_hosts: list[str]  # sorted
+    router_defaulted: bool
+    master_defaulted: bool = False
+    monitoring_defaulted: bool = False
+
+    @property
+    def service_only(self) -> list[str]:
+        """Hosts that run a service but no pipeline."""
+        return sorted(set(self.all_hosts) - set(self.engine_hosts))
+
+
+def inventory_groups(inventory: dict, problems: Problems) -> HostGroups:
+    """The groups as the inventory lists them (the router defaulted); raises ``PlanError`` without engine hosts
+    or with a host name that cannot name directories and units."""
+    engine_hosts = list(dict.fromkeys(inventory.get("engine_hosts") or []))
+    router_hosts = list(dict.fromkeys(inventory.get("router_hosts") or []))
+    if not engine_hosts:
+        problems.add("inventory", f"group {ENGINE_GROUP}", "has no hosts",
+                     f"put your GPU hosts in group {ENGINE_GROUP} (see inventories/example/hosts.yml) "
+                     "and pass the inventory with -i")
+        problems.raise_if_any()
+    router_defaulted = not router_hosts
+    if router_defaulted:
+        router_hosts = [sorted(engine_hosts)[0]]
+    master_hosts = list(dict.fromkeys(inventory.get("master_hosts") or []))
+    monitoring_hosts = list(dict.fromkeys(inventory.get("monitoring_hosts") or []))
+    all_hosts = sorted(set(engine_hosts) | set(router_hosts) | set(master_hosts) | set(monitoring_hosts))
+    for host in all_hosts:
+        if not isinstance(host, str) or not HOSTNAME_PATTERN.fullmatch(host):
+            problems.add(host_where(show(host)), "inventory_hostname",
+                         "is not a plain host name (it names directories, units and engine ids)",
+                         "use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+    problems.raise_if_any()
+    return HostGroups(sorted(engine_hosts), router_hosts, master_hosts, monitoring_hosts, all_hosts, router_defaulted)
+
+
+def with_services(groups: HostGroups, settings: dict, problems: Problems) -> HostGroups:
+    """The groups with the Mooncake master and monitoring hosts defaulted where the setting enables them."""
+    master_hosts, all_hosts = groups.master_hosts, groups.all_hosts
+    master_defaulted = settings["vllm_omni_mooncake_master_enabled"] and not master_hosts
+    if master_defaulted:
+        master_hosts = [groups.engine_hosts[0]]
+        all_hosts = sorted(set(all_hosts) | set(master_hosts))
+    elif master_hosts and not settings["vllm_omni_mooncake_master_enabled"]:
+        problems.add(f"group {MASTER_GROUP}", "vllm_omni_mooncake_master_enabled",
+                     f"is false, but group {MASTER_GROUP} lists {', '.join(master_hosts)}",
+                     "set vllm_omni_mooncake_master_enabled: true, or empty the group")
+    monitoring_hosts = groups.monitoring_hosts
+    monitoring_defaulted = settings["vllm_omni_monitoring_enabled"] and not monitoring_hosts
+    if monitoring_defaulted:
+        monitoring_hosts = [sorted(groups.router_hosts)[0]]
+    elif monitoring_hosts and not settings["vllm_omni_monitoring_enabled"]:
+        problems.add(f"group {MONITORING_GROUP}", "vllm_omni_monitoring_enabled",
+                     f"is false, but group {MONITORING_GROUP} lists {', '.join(monitoring_hosts)}",
+                     "set vllm_omni_monitoring_enabled: true, or empty the group")
+    return dataclasses.replace(groups, master_hosts=master_hosts, monitoring_hosts=monitoring_hosts,
+                               all_hosts=all_hosts, master_defaulted=master_defaulted,
+                               monitoring_defaulted=monitoring_defaulted)
+
+
+# --- one host's values --------------------------------------------------------------------------
+
+
+def host_value(host: str, variables: dict, name: str, problems: Problems):
+    """(value, where it came from) of a per-host setting; (None, "invalid") after adding its problem."""
+    setting = BY_NAME[name]
+    if name not in variables:
+        return setting.default, "default"
+    try:
+        return setting.validate(variables[name]), "inventory"
+    except SettingError as error:
+        problems.setting(host_where(host), name, error)
+        return None, "invalid"
+
+
+def host_ip(host: str, variables: dict, problems: Problems) -> str | None:
+    if "vllm_omni_ip" in variables:
+        ip, _ = host_value(host, variables, "vllm_omni_ip", problems)
+        return ip
+    candidate = variables.get("ansible_host", host)
+    try:
+        address = ipaddress.ip_address(str(candidate))
+    except ValueError:
+        problems.add(host_where(host), "vllm_omni_ip",
+                     f"is not set and ansible_host {show(candidate)} is a name, not an address; peers need an IP",
+                     "set vllm_omni_ip to the IPv4 address the other hosts reach this host on")
+        return None
+    try:
+        return BY_NAME["vllm_omni_ip"].validate(str(address))
+    except SettingError as error:
+        problems.add(host_where(host), "vllm_omni_ip",
+                     f"is not set, and ansible_host {show(candidate)} cannot serve: {error.problem}",
+                     "set vllm_omni_ip to this host's IPv4 address on the network the other hosts share")
+        return None
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """The GPUs an engine host offers its pipelines."""
+
+    gpus: list[int]  # the GPUs pipelines may use
+    source: str  # where they came from: vllm_omni_gpus, discovery, or both
+    skipped: dict[int, str]  # GPUs discovery found busy and left out -> why
+
+
+def host_gpus(host: str, variables: dict, facts: dict | None, deployment: Deployment,
+              problems: Problems) -> HostGpus | None:
+    """The GPUs to use, from vllm_omni_gpus and/or discovery; None after adding the problem."""
+    settings, engine = deployment.settings, deployment.engine
+    where = host_where(host)
+    if facts is not None and (not isinstance(facts, dict) or not isinstance(facts.get("gpus"), list)):
+        problems.add(where, "vllm_omni_gpu_facts", "is not the output of vllm_omni.serve.nvidia_gpu_facts",
+                     "re-run GPU discovery, or remove the variable and set vllm_omni_gpus")
+        return None
+    if "vllm_omni_gpus" not in variables and facts is None:
+        problems.add(where, "vllm_omni_gpus", "is not set and no GPU discovery ran for this host",
+                     "set vllm_omni_gpus to the physical GPU indices, e.g. [0, 1, 2, 3, 4, 5, 6, 7], or run "
+                     "deploy.yml, which discovers them")
+        return None
+    declared = None
+    if "vllm_omni_gpus" in variables:
+        declared, _ = host_value(host, variables, "vllm_omni_gpus", problems)
+        if declared is None:
+            return None
+    if facts is None:
+        return HostGpus(declared, "vllm_omni_gpus", {})
+    if engine is not None and settings["vllm_omni_engine_backend"] == "engine" \
+            and isinstance(facts.get("cuda_major"), int) and facts["cuda_major"] < engine.wheel_cuda_major:
+        problems.add(where, "NVIDIA driver",
+                     f"supports CUDA {facts.get('cuda_version')}, but vLLM-Omni {engine.version}'s wheels need CUDA "
+                     f"{engine.wheel_cuda_major}",
+                     f"upgrade the driver to one whose nvidia-smi shows CUDA Version {engine.wheel_cuda_major}.x or newer")
+    return _against_discovery(where, declared, facts, settings["vllm_omni_allow_busy_gpus"], problems)
+
+
+def _against_discovery(where: str, declared: list[int] | None, facts: dict, allow_busy: bool,
+                       problems: Problems) -> HostGpus | None:
+    """The declared GPUs checked against what discovery found, or the free ones it found."""
+    by_index = {gpu["index"]: gpu for gpu in facts["gpus"]}
+    busy = {index: "; ".join(gpu.get("busy_reasons") or ["busy"]) for index, gpu in by_index.items() if gpu.get("busy")}
+    if declared is not None:
+        missing = [g for g in declared if g not in by_index]
+        if missing:
+            problems.add(where, "vllm_omni_gpus",
+                         f"lists GPU{'s' if len(missing) > 1 else ''} {show(missing)} that nvidia-smi does not show "
+                         f"(it lists {show(sorted(by_index))})", "list only GPUs the host has")
+            return None
+        taken = [g for g in declared if g in busy]
+        if taken and not allow_busy:
+            details = "; ".join(f"GPU {g}: {busy[g]}" for g in taken)
+            problems.add(where, "vllm_omni_gpus", f"lists busy GPUs ({details})",
+                         "stop what runs there, remove them from vllm_omni_gpus, or set vllm_omni_allow_busy_gpus: true")
+            return None
+        return HostGpus(declared, "vllm_omni_gpus (checked against discovery)", {})
+    usable = sorted(g for g in by_index if allow_busy or g not in busy)
+    skipped = {} if allow_busy else {g: busy[g] for g in sorted(busy)}
+    if not usable:
+        problems.add(where, "GPUs", f"discovery found {len(by_index)} GPU(s) and all are busy ({show(skipped)})",
+                     "free them, or set vllm_omni_allow_busy_gpus: true")
+        return None
+    return HostGpus(usable, "discovered", skipped)
+
+
+# --- engine hosts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What one engine host runs, and where each value came from (the plan's per-host settings)."""
+
+    gpus: list[int]
+    gpu_source: str
+    skipped: dict[int, str]  # busy GPUs discovery left out -> why
+    count: int  # pipelines on the host
+    wanted: int | str  # vllm_omni_pipelines_per_host: a number or "auto"
+    count_source: str
+    ip_source: str
+    facts: dict | None  # GPU discovery's facts; None where vllm_omni_gpus alone says which GPUs
+
+
+def engine_host_plans(deployment: Deployment, groups: HostGroups, hostvars: dict, discovery_pending: bool,
+                      problems: Problems) -> dict[str, HostPlan]:
+    """host -> its plan, for every engine host without problems (and with GPUs known, when discovery is pending)."""
+    host_plans = {}
+    for host in groups.engine_hosts:
+        variables = hostvars.get(host, {})
+        facts = variables.get("vllm_omni_gpu_facts") or None
+        if discovery_pending and facts is None and "vllm_omni_gpus" not in variables:
+            continue  # planned in the second pass, with what discovery finds
+        host_plan = _engine_host(host, variables, facts, deployment, groups, problems)
+        if host_plan is not None:
+            host_plans[host] = host_plan
+    return host_plans
+
+
+def _engine_host(host: str, variables: dict, facts: dict | None, deployment: Deployment, groups: HostGroups,
+                 problems: Problems) -> HostPlan | None:
+    found = host_gpus(host, variables, facts, deployment, problems)
+    wanted, wanted_source = host_value(host, variables, "vllm_omni_pipelines_per_host", problems)
+    if found is None or wanted is None:
+        return None
+    count = _pipeline_count(host, found, wanted, deployment, problems)
+    if count is None or not _ports_fit(host, count, deployment.settings, groups, problems):
+        return None
+    return HostPlan(gpus=found.gpus, gpu_source=found.source, skipped=found.skipped, count=count, wanted=wanted,
+                    count_source=wanted_source, ip_source="inventory" if "vllm_omni_ip" in variables else "ansible_host",
+                    facts=facts)
+
+
+def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: Deployment,
+                    problems: Problems) -> int | None:
+    """How many pipelines the host runs: as many as fit for "auto", else ``wanted`` if that many fit."""
+    gpus, per_pipeline, formula, layout = found.gpus, deployment.gpus_per_pipeline, deployment.gpu_formula, deployment.layout
+    fits = len(gpus) // per_pipeline
+    if fits == 0:
+        plural = "s" if len(gpus) != 1 else ""
+        if found.source == "discovered":
+            busy = "; ".join(f"GPU {g} busy: {why}" for g, why in found.skipped.items())
+            problems.add(host_where(host), "GPUs",
+                         f"discovery found {len(gpus)} free GPU{plural} {show(gpus)}{f' ({busy})' if busy else ''}, "
+                         f"but one {layout} pipeline needs {per_pipeline} ({formula})",
+                         "free the busy GPUs, use a host with more GPUs, or lower vllm_omni_tensor_parallel_size")
+        else:
+            problems.add(host_where(host), "vllm_omni_gpus",
+                         f"lists {len(gpus)} GPU{plural} {show(gpus)}, but one {layout} pipeline "
+                         f"needs {per_pipeline} ({formula})",
+                         f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
+        return None
+    count = fits if wanted == "auto" else wanted
+    if count > fits:
+        problems.add(host_where(host), "vllm_omni_pipelines_per_host",
+                     f"asks for {count} pipelines, which need {count * per_pipeline} GPUs "
+                     f"({per_pipeline} each: {formula}); vllm_omni_gpus lists {len(gpus)}",
+                     f"set it to at most {fits}, or auto")
+        return None
+    return count
+
+
+def _service_ranges(host: str, settings: dict, groups: HostGroups) -> list[_ports.Range]:
+    return _ports.service_ranges(settings, host in groups.router_hosts, host in groups.master_hosts,
+                                 host in groups.monitoring_hosts)
+
+
+def _ports_fit(host: str, count: int, settings: dict, groups: HostGroups, problems: Problems) -> bool:
+    """The ports of ``count`` pipelines and of the host's services, apart from each other."""
+    layout = settings["vllm_omni_layout"]
+    ranges = _ports.engine_ranges(count, settings, layout) + _service_ranges(host, settings, groups)
+    if not _ports.check_ports(host, ranges, problems, count):
+        return False
+    return layout != "pd" or _ports.check_mooncake_slices(host, count, settings, problems)
+
+
+# --- every host ---------------------------------------------------------------------------------
+
+
+def check_service_ports(groups: HostGroups, settings: dict, problems: Problems) -> None:
+    """The ports of hosts that run services but no pipeline (engine hosts are checked with their pipelines)."""
+    for host in groups.service_only:
+        _ports.check_ports(host, _service_ranges(host, settings, groups), problems)
+
+
+def check_addresses(ips: dict[str, str | None], all_hosts: list[str], problems: Problems) -> None:
+    """Addresses: unique, and reachable by peers."""
+    by_ip: dict[str, list[str]] = {}
+    for host, ip in ips.items():
+        if ip is not None:
+            by_ip.setdefault(ip, []).append(host)
+    for ip, hosts in sorted(by_ip.items()):
+        if len(hosts) > 1:
+            problems.add(f"hosts {', '.join(hosts)}", "vllm_omni_ip",
+                         f"share the address {ip}; every host needs its own (duplicate host entries?)",
+                         "give each host its own vllm_omni_ip / ansible_host, or list the machine once")
+    if len(all_hosts) > 1:
+        for host, ip in sorted(ips.items()):
+            if ip is not None and ipaddress.ip_address(ip).is_loopback:
+                problems.add(host_where(host), "vllm_omni_ip",
+                             f"is the loopback address {ip}, which the other hosts "
+                             f"({', '.join(h for h in all_hosts if h != host)[:60]}) cannot reach",
+                             "set vllm_omni_ip to the host's address on the network the hosts share")
+
+
+# --- the plan's host section --------------------------------------------------------------------
+
+
+def host_section(host: str, ip: str, host_plan: HostPlan | None, pipelines: list[dict],
+                 deployment: Deployment) -> tuple[dict, list[str]]:
+    """The plan's entry for one engine host, and the warnings about it; ``host_plan`` None: GPU discovery pending."""
+    per_pipeline = deployment.gpus_per_pipeline
+    if host_plan is None:  # GPU discovery pending (first pass)
+        return {"ip": ip, "gpus": [], "gpu_source": "pending discovery", "gpus_per_pipeline": per_pipeline,
+                "unused_gpus": [], "pipelines": [], "listen_ports": [], "settings": {}}, []
+    gpus = host_plan.gpus
+    used = {g for pipeline in pipelines for g in pipeline["gpus"]}
+    unused = [g for g in gpus if g not in used]
+    section = {
+        "ip": ip,
+        "gpus": gpus,
+        "gpu_source": host_plan.gpu_source,
+        "gpus_per_pipeline": per_pipeline,
+        "unused_gpus": unused,
+        "pipelines": pipelines,
+        "listen_ports": _ports.listen_ports(pipelines, deployment.layout),
+        "settings": {
+            "vllm_omni_gpus": {"value": gpus, "source": "inventory"},
+            "vllm_omni_pipelines_per_host": {"value": host_plan.wanted, "source": host_plan.count_source},
+            "vllm_omni_ip": {"value": ip, "source": host_plan.ip_source},
+        },
+    }
+    warnings = []
+    if host_plan.facts:
+        section["cuda_version"] = host_plan.facts.get("cuda_version")
+        section["skipped_gpus"] = {str(g): why for g, why in host_plan.skipped.items()}
+        for gpu, why in host_plan.skipped.items():
+            warnings.append(f"host {host}: GPU {gpu} skipped, busy: {why}")
+    if unused:
+        warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} usable, "
+                        f"{per_pipeline} per {deployment.layout} pipeline)")
+    return section, warnings

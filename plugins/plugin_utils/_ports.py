@@ -1,0 +1,145 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The port ranges each host listens on: their checks, and how the plan lists them.
+
+A host's ranges come from its pipeline count (API, bootstrap and Mooncake RPC ports grow with it)
+and from the services it runs (router, Mooncake master, Prometheus). They are checked together,
+per host, before anything is planned; the plan then lists them once, and the firewall, the
+reserved-ports sysctl and preflight all read that list.
+"""
+
+from __future__ import annotations
+
+from ._problems import ALL_HOSTS, Problems, host_where
+
+# Each prefill/decode GPU worker runs one Mooncake transfer engine with two listeners
+# (handshake + TCP data); doubled for restarts that briefly overlap.
+MOONCAKE_PORTS_PER_KV_WORKER = 4
+EPHEMERAL_PORTS = (32768, 60999)  # Linux default net.ipv4.ip_local_port_range
+
+# (what the ports are, the setting that moves them, (first, last))
+Range = tuple[str, str, tuple[int, int]]
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+def engine_ranges(count: int, settings: dict, layout: str) -> list[Range]:
+    api = settings["vllm_omni_api_port_base"]
+    ranges = [("API ports", "vllm_omni_api_port_base", (api, api + count - 1))]
+    if layout == "pd":
+        boot = settings["vllm_omni_bootstrap_port_base"]
+        low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+        ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (boot, boot + count - 1)))
+        ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
+    return ranges
+
+
+def service_ranges(settings: dict, router: bool, master: bool, monitoring: bool = False) -> list[Range]:
+    ranges = []
+    if monitoring:
+        port = settings["vllm_omni_prometheus_port"]
+        ranges.append(("Prometheus port", "vllm_omni_prometheus_port", (port, port)))
+    if router:
+        for label, name in (("router port", "vllm_omni_router_port"),
+                            ("router metrics port", "vllm_omni_router_metrics_port")):
+            ranges.append((label, name, (settings[name], settings[name])))
+    if master:
+        for label, name in (("mooncake_master RPC port", "vllm_omni_mooncake_master_rpc_port"),
+                            ("mooncake_master HTTP port", "vllm_omni_mooncake_master_metrics_port")):
+            ranges.append((label, name, (settings[name], settings[name])))
+    return ranges
+
+
+def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _show_range(ports: tuple[int, int] | list[int]) -> str:
+    return str(ports[0]) if ports[0] == ports[1] else f"{ports[0]}-{ports[1]}"
+
+
+def check_ports(host: str, ranges: list[Range], problems: Problems, count: int = 0) -> bool:
+    """Every port range on one host inside 1024-65535 and apart from every other."""
+    ok = True
+    for label, name, (low, high) in ranges:
+        if high > 65535:
+            problems.add(host_where(host), name,
+                         f"gives {count} pipelines {label} {low}-{high}, past 65535",
+                         f"lower {name} to at most {65535 - count + 1}")
+            ok = False
+    for i, (label_a, name_a, range_a) in enumerate(ranges):
+        for label_b, name_b, range_b in ranges[i + 1:]:
+            if _ranges_overlap(range_a, range_b):
+                # The pipeline count matters only when a range grows with it.
+                on_host = f" ({count} pipelines on this host)" if count and (
+                    range_a[0] != range_a[1] or range_b[0] != range_b[1]) else ""
+                problems.add(host_where(host), f"{name_a} / {name_b}",
+                             f"collide: {label_a} {_show_range(range_a)} and {label_b} "
+                             f"{_show_range(range_b)} overlap{on_host}",
+                             f"move {name_b} so the ranges do not overlap")
+                ok = False
+    return ok
+
+
+def check_mooncake_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
+    """Each PD pipeline gets its own slice of the Mooncake RPC range, big enough for its KV workers."""
+    low, high = settings["vllm_omni_mooncake_rpc_port_range"]
+    size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
+    needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
+    ok = True
+    if size < needed:
+        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                     f"is {size}; a pipeline at TP {settings['vllm_omni_tensor_parallel_size']} needs {needed} "
+                     "(2 listeners per prefill/decode GPU worker, doubled for restarts)",
+                     f"set it to at least {needed}")
+        ok = False
+    if count * size > high - low + 1:
+        problems.add(host_where(host), "vllm_omni_mooncake_rpc_port_range",
+                     f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host runs "
+                     f"{count} pipelines",
+                     f"widen it to at least {count * size} ports, e.g. [{low}, {low + count * size - 1}]")
+        ok = False
+    return ok
+
+
+# --- the plan's port lists ----------------------------------------------------------------------
+
+
+def listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
+    """Every port range a host's pipelines listen on (firewall, reserved ports, preflight)."""
+    ranges = []
+    for pipeline in pipelines:
+        ports = pipeline["ports"]
+        ranges.append({"service": pipeline["name"], "purpose": "api", "first": ports["api"], "last": ports["api"]})
+        if layout == "pd":
+            ranges.append({"service": pipeline["name"], "purpose": "mooncake_bootstrap",
+                           "first": ports["bootstrap"], "last": ports["bootstrap"]})
+            ranges.append({"service": pipeline["name"], "purpose": "mooncake_rpc",
+                           "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1]})
+    return ranges
+
+
+def port_list(ranges: list[dict]) -> str:
+    """Port ranges as the kernel prints net.ipv4.ip_local_reserved_ports: sorted, merged, "a-b,c"."""
+    merged: list[list[int]] = []
+    for first, last in sorted((r["first"], r["last"]) for r in ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
+
+
+def ephemeral_warning(listen_ports_by_host: dict[str, list[dict]]) -> str | None:
+    """The plan's warning when planned ports lie where the kernel picks outgoing ports; None when none do."""
+    ephemeral = sorted({f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
+                        for ranges in listen_ports_by_host.values() for r in ranges
+                        if r["first"] <= EPHEMERAL_PORTS[1] and r["last"] >= EPHEMERAL_PORTS[0]})
+    if not ephemeral:
+        return None
+    return (f"ports {', '.join(ephemeral)} lie in Linux's default ephemeral range "
+            f"{EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}: the mooncake role reserves every planned "
+            "port (net.ipv4.ip_local_reserved_ports) so outgoing connections cannot take them")

@@ -1,0 +1,295 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The deployment-wide checks: every setting that is one value for all hosts, and what follows from them.
+
+Setting names (unknown, misspelled, removed), the deployment settings (one value on every engine
+host), the engine version against the layout, per-stage overrides, the GPU memory the stages of
+one GPU claim together, and the environment users may add. Checks add to a ``Problems``
+collector and go on, so one run reports every problem; ``deployment`` runs them in the order their
+problems are reported and returns the ``Deployment`` every host and pipeline is planned in.
+The checks of one host's own values (address, GPUs, pipeline count, ports) live in ``_hosts`` and
+``_ports``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any
+
+from . import _engine_data
+from ._engine_data import EngineVersion
+from ._hosts import ENGINE_GROUP
+from ._pipelines import OWNED_ENV, Deployment, stage_layout
+from ._problems import ALL_HOSTS, Problems, host_where
+from ._settings import BY_NAME, COMPUTED_FACTS, DEPLOYMENT, REMOVED_SETTINGS, SETTINGS, SettingError, show
+from ._stages import (
+    ENGINE_ARGS,
+    GPU_MEMORY_BUDGET,
+    MODEL_STAGE,
+    OWNED_ENGINE_ARGS,
+    OWNED_SAMPLING_PARAMS,
+    ROLE_ALIASES,
+    SAMPLING_PARAMS,
+    SHARED_GPU_MEMORY,
+    layout_roles,
+)
+
+# (setting, the override kind it fills, overridable keys -> checker, keys the planner owns -> the setting to use)
+OVERRIDE_KINDS = (
+    ("vllm_omni_stage_engine_args", "engine_args", ENGINE_ARGS, OWNED_ENGINE_ARGS),
+    ("vllm_omni_stage_sampling_params", "sampling", SAMPLING_PARAMS, OWNED_SAMPLING_PARAMS),
+)
+# Stands for an override value that was refused (a problem says why): no checked value can be it.
+_REFUSED = object()
+
+
+@functools.lru_cache(maxsize=1024)  # every host carries the same names (ansible_host, ...)
+def _close_match(name: str, cutoff: float) -> str | None:
+    guess = difflib.get_close_matches(name, list(BY_NAME), n=1, cutoff=cutoff)
+    return guess[0] if guess else None
+
+
+def check_names(host: str, variables: dict, problems: Problems) -> None:
+    """Unknown, misspelled and removed settings."""
+    for name in variables:
+        if name in BY_NAME or name in COMPUTED_FACTS:
+            continue
+        if name in REMOVED_SETTINGS:
+            problems.add(host_where(host), name, f"was removed: {REMOVED_SETTINGS[name]}")
+            continue
+        if name.startswith("vllm_omni_"):
+            guess = _close_match(name, 0.6)
+            fix = f"did you mean {guess}?" if guess else "see docs/variables.md for the settings"
+            problems.add(host_where(host), name, "is not a setting of vllm_omni.serve", fix)
+            continue
+        guess = _close_match(name, 0.85)
+        if guess:
+            problems.add(host_where(host), name, "looks like a misspelled setting", f"did you mean {guess}?")
+
+
+def deployment_settings(engine_hosts: list[str], hostvars: dict, problems: Problems) -> tuple[dict, dict]:
+    """(value, source) of every deployment setting: its default, or the one value every engine host sets."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        if setting.scope != DEPLOYMENT:
+            continue
+        seen = {host: hostvars[host][setting.name] for host in engine_hosts if setting.name in hostvars[host]}
+        if not seen:
+            values[setting.name] = setting.default
+            sources[setting.name] = "default"
+            continue
+        if len(seen) != len(engine_hosts):
+            missing = [h for h in engine_hosts if h not in seen]
+            problems.add(ALL_HOSTS, setting.name,
+                         f"is set on some hosts but not on {', '.join(missing[:3])}"
+                         f"{' ...' if len(missing) > 3 else ''}; it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml")
+            continue
+        first = next(iter(seen.values()))
+        same = all(type(v) is type(first) and v == first for v in seen.values())
+        distinct = {} if same else {show(v): h for h, v in seen.items()}
+        if len(distinct) > 1:
+            examples = ", ".join(f"{h}: {v}" for v, h in list(distinct.items())[:3])
+            problems.add(ALL_HOSTS, setting.name,
+                         f"differs between hosts ({examples}); it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml and remove the host_vars copies")
+            continue
+        raw = next(iter(seen.values()))
+        try:
+            values[setting.name] = setting.validate(raw)
+            sources[setting.name] = "inventory"
+        except SettingError as error:
+            problems.setting(ALL_HOSTS, setting.name, error)
+    return values, sources
+
+
+def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
+    """The deployment-wide checks that need valid deployment settings, and the context they establish."""
+    engine = check_version_layout(settings, problems)
+    check_extra_env(settings, problems)
+    layout = settings["vllm_omni_layout"]
+    overrides = stage_overrides(settings, layout, problems)
+    overrides, planner_shares = shared_gpu_split(settings, layout, overrides)
+    context = Deployment(settings, sources, engine, overrides, planner_shares)
+    if engine is not None:
+        check_gpu_memory(context, problems)
+    check_rdma_devices(settings, problems)
+    return context
+
+
+def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | None:
+    """The engine version's data, when it runs the layout (and text-only pipelines where asked); None otherwise."""
+    version = settings["vllm_omni_version"]
+    table = _engine_data.support_table()
+    if version not in table:
+        problems.add(ALL_HOSTS, "vllm_omni_version",
+                     f"is {show(version)}, which this collection has not been checked against",
+                     f"use one of: {', '.join(_engine_data.supported_versions())}")
+        return None
+    engine = table[version]
+    layout = settings["vllm_omni_layout"]
+    if layout not in engine.layouts:
+        with_layout = _engine_data.versions_with_layout(layout)
+        problems.add(ALL_HOSTS, "vllm_omni_layout",
+                     f"is {layout}, which vLLM-Omni {version} cannot run: {engine.pd_refused_because}",
+                     f"set vllm_omni_version to {' or '.join(with_layout)} for {layout}, "
+                     f"or vllm_omni_layout: {engine.layouts[0]}")
+        return None
+    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args":
+        problems.add(ALL_HOSTS, "vllm_omni_audio_output",
+                     f"is false, but vLLM-Omni {version}'s stages: schema cannot drop the talker and code2wav stages "
+                     "(its Qwen3-Omni pipeline is fixed in Python)",
+                     f"set vllm_omni_version to {' or '.join(_engine_data.versions_with_schema('stage_args'))} "
+                     "for text-only pipelines, or vllm_omni_audio_output: true")
+        return None
+    return engine
+
+
+def check_extra_env(settings: dict, problems: Problems) -> None:
+    owned = sorted(set(settings["vllm_omni_extra_env"]) & OWNED_ENV)
+    if owned:
+        problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                     f"sets {', '.join(owned)}, which the planner computes per pipeline",
+                     "remove them; see docs/variables.md (computed values) for the setting that controls each")
+
+
+def check_rdma_devices(settings: dict, problems: Problems) -> None:
+    if settings["vllm_omni_mooncake_rdma_devices"] and settings["vllm_omni_mooncake_protocol"] != "rdma":
+        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rdma_devices",
+                     "is set but vllm_omni_mooncake_protocol is tcp, so the devices would be ignored",
+                     "set vllm_omni_mooncake_protocol: rdma, or remove the device list")
+
+
+# --- stage overrides ----------------------------------------------------------------------------
+
+
+def stage_overrides(settings: dict, layout: str, problems: Problems) -> dict:
+    """{role: {"engine_args": {...}, "sampling": {...}}}, validated against the layout."""
+    roles = layout_roles(layout, settings["vllm_omni_audio_output"])
+    result: dict[str, dict] = {role: {"engine_args": {}, "sampling": {}} for role in roles}
+    tp_requests: dict[str, Any] = {}
+    for setting_name, kind, allowed, owned in OVERRIDE_KINDS:
+        for stage, targets, values in _stage_entries(settings, setting_name, layout, problems):
+            for key, value in sorted(values.items(), key=lambda item: str(item[0])):
+                if key == "tensor_parallel_size" and kind == "engine_args":
+                    for target in targets:
+                        tp_requests[target] = value
+                    continue
+                checked = _override_value(f"{setting_name}.{stage}.{key}", key, value, allowed, owned, problems)
+                if checked is _REFUSED:
+                    continue
+                for target in targets:
+                    result[target][kind][key] = checked
+    if tp_requests:
+        _refuse_tp_requests(settings, layout, tp_requests, problems)
+    return result
+
+
+def _stage_entries(settings: dict, setting_name: str, layout: str, problems: Problems):
+    """(stage, the roles it sets, its values) of each entry of an override setting that names a stage of the layout."""
+    roles = layout_roles(layout, settings["vllm_omni_audio_output"])
+    aliases = ROLE_ALIASES.get(layout, {})
+    # Aliases first so role-specific values win.
+    ordered = sorted(settings[setting_name].items(), key=lambda item: (item[0] not in aliases, str(item[0])))
+    for stage, values in ordered:
+        if stage not in roles and stage not in aliases:
+            valid = ", ".join(list(roles) + list(aliases))
+            text = "" if settings["vllm_omni_audio_output"] else " text-only (vllm_omni_audio_output: false)"
+            problems.add(ALL_HOSTS, f"{setting_name}.{stage}",
+                         f"names no stage of the{text} {layout} layout", f"use one of: {valid}")
+            continue
+        if not isinstance(values, dict):
+            problems.add(ALL_HOSTS, f"{setting_name}.{stage}", f"must be a mapping, got {show(values)}",
+                         f"write e.g. {setting_name}: {{{stage}: {{...}}}}")
+            continue
+        yield stage, aliases.get(stage, (stage,)), values
+
+
+def _override_value(label: str, key: Any, value: Any, allowed: dict, owned: dict, problems: Problems) -> Any:
+    """The checked value of one override key, or ``_REFUSED`` after adding the problem."""
+    if key in owned:
+        problems.add(ALL_HOSTS, label, "is computed by the collection and cannot be overridden",
+                     f"set it through {owned[key]}")
+        return _REFUSED
+    if key not in allowed:
+        guess = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
+        fix = f"did you mean {guess[0]}?" if guess else f"overridable: {', '.join(sorted(allowed))}"
+        problems.add(ALL_HOSTS, label, "is not an overridable setting", fix)
+        return _REFUSED
+    try:
+        return allowed[key](value, label)
+    except SettingError as error:
+        problems.setting(ALL_HOSTS, label, error)
+        return _REFUSED
+
+
+def _refuse_tp_requests(settings: dict, layout: str, tp_requests: dict[str, Any], problems: Problems) -> None:
+    """tensor_parallel_size in a stage override: the planner derives it, and PD needs prefill and decode equal."""
+    roles = layout_roles(layout, settings["vllm_omni_audio_output"])
+    tp = settings["vllm_omni_tensor_parallel_size"]
+    sizes = {role: tp_requests.get(role, tp) for role in ("prefill", "decode") if role in roles}
+    if layout == "pd" and len(set(map(show, sizes.values()))) > 1:
+        problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                     f"sets tensor_parallel_size per stage (prefill {show(sizes['prefill'])}, decode "
+                     f"{show(sizes['decode'])}); MooncakeConnector needs prefill and decode equal, and the engine "
+                     "refuses the pair otherwise",
+                     "remove tensor_parallel_size from the stage overrides and set vllm_omni_tensor_parallel_size")
+    else:
+        problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                     "sets tensor_parallel_size, which the planner derives",
+                     "set vllm_omni_tensor_parallel_size instead")
+
+
+# --- GPU memory ---------------------------------------------------------------------------------
+
+
+def shared_gpu_split(settings: dict, layout: str, overrides: dict) -> tuple[dict, list[str]]:
+    """With vllm_omni_share_gpus, each role's gpu_memory_utilization share unless the user set one.
+
+    Returns the overrides with the split added and the roles the planner chose a share for.
+    """
+    if not settings["vllm_omni_share_gpus"]:
+        return overrides, []
+    split = SHARED_GPU_MEMORY[(layout, settings["vllm_omni_audio_output"])]
+    chosen = []
+    for role, share in split.items():
+        engine_args = overrides[role]["engine_args"]
+        if "gpu_memory_utilization" not in engine_args:
+            engine_args["gpu_memory_utilization"] = share
+            chosen.append(role)
+    return overrides, chosen
+
+
+def _base_memory(engine: EngineVersion, role: str, stage_id: int) -> float:
+    """The engine's own gpu_memory_utilization for a role (its bundled stage definitions)."""
+    if engine.schema == "stage_args":
+        for stage in engine.data["legacy_stages"]:
+            if stage["engine_args"]["model_stage"] == MODEL_STAGE[role]:
+                return float(stage["engine_args"].get("gpu_memory_utilization", 0.9))
+    for stage in engine.data["bundled_deploy"]["stages"]:
+        if stage["stage_id"] == stage_id:
+            return float(stage.get("gpu_memory_utilization", 0.9))
+    return 0.9
+
+
+def check_gpu_memory(deployment: Deployment, problems: Problems) -> None:
+    """Stages placed on one GPU claim their gpu_memory_utilization shares of it at start-up: at most the budget."""
+    per_device: dict[str, list[tuple[str, float]]] = {}
+    for stage in stage_layout(deployment, "host", "pipeline"):
+        share = deployment.overrides[stage["role"]]["engine_args"].get(
+            "gpu_memory_utilization", _base_memory(deployment.engine, stage["role"], stage["id"]))
+        for device in stage["devices"].split(","):
+            per_device.setdefault(device, []).append((stage["role"], share))
+    for device, claims in sorted(per_device.items()):
+        total = round(sum(share for _, share in claims), 4)
+        if len(claims) > 1 and total > GPU_MEMORY_BUDGET:
+            listed = " + ".join(f"{role} {share:g}" for role, share in claims)
+            problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",
+                         f"puts stages on one GPU (pipeline GPU {device}) whose gpu_memory_utilization adds up to "
+                         f"{total:g} ({listed}); each stage's engine claims its share of the whole GPU at start-up, so "
+                         "the last one to start would find too little free memory",
+                         f"lower those stages' gpu_memory_utilization so they add up to at most {GPU_MEMORY_BUDGET:g}")

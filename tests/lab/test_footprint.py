@@ -1,0 +1,131 @@
+"""The plan's footprint is what a deploy creates on real hosts, no more, and what uninstall takes away.
+
+Two lab machines carry every component: lab-1 the pipelines (simulator backend), lab-2 the router,
+the Mooncake master and Prometheus; the firewall is on both. After a deploy:
+
+* every file of each host's footprint is on the host, byte for byte the render directory's text
+  (engine.env: the rendered part; the host adds its secrets block), with the planned owner and mode;
+* every planned unit is installed and enabled, every planned account exists with its home, every
+  planned directory exists; the host's footprint record equals the plan's footprint;
+* nothing of ours is there that the footprint does not list (units named like ours, files under
+  the config root and the unit directory);
+then uninstall leaves nothing of the footprint but what the plan says is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from test_lab import KEY, LAB, lab, on, playbook, scenario  # the lab's own helpers (same directory)
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._upgrade import strip_secrets
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    lab("up", "--hosts", "2")
+    yield ["lab-1", "lab-2"]
+    lab("down")
+
+
+def inventory(tmp_path: Path) -> Path:
+    return scenario(tmp_path, {
+        "vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2, 3, 4, 5]}}},
+        "vllm_omni_router": {"hosts": {"lab-2": {}}},
+        "vllm_omni_mooncake_master": {"hosts": {"lab-2": {}}},
+        "vllm_omni_monitoring": {"hosts": {"lab-2": {}}},
+    }, {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+        "vllm_omni_mooncake_master_enabled": True, "vllm_omni_monitoring_enabled": True,
+        "vllm_omni_monitoring_client_cidrs": ["10.77.0.0/24"]})
+
+
+def render(tmp_path: Path, inventory_dir: Path) -> tuple[dict, Path]:
+    out = tmp_path / "render"
+    playbook("render.yml", inventory_dir, "-e", f"vllm_omni_render_dir={out}")
+    return json.loads((out / "plan.json").read_text()), out
+
+
+def host_file(host: str, path: str) -> str:
+    return subprocess.run([*LAB, "exec", host, "--", "cat", path], capture_output=True, text=True, check=False).stdout
+
+
+def stat(host: str, path: str) -> str:
+    return on(host, f"stat -c '%U:%G %a' {path} 2>&1").strip()
+
+
+def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_hosts, tmp_path):
+    inventory_dir = inventory(tmp_path)
+    playbook("deploy.yml", inventory_dir)
+    plan, rendered = render(tmp_path, inventory_dir)
+    assert set(plan["footprint"]) == {"lab-1", "lab-2"}
+    for host, footprint in plan["footprint"].items():
+        for entry in footprint["files"]:
+            text = host_file(host, entry["path"])
+            want = (rendered / entry["render"]).read_text()
+            got = strip_secrets(text) if entry["secrets"] else text
+            assert got == want, f"{host}:{entry['path']} differs from the render's {entry['render']}"
+            if entry["secrets"]:  # the key is on the host only, never in the render
+                assert KEY not in want and KEY in text
+            mode = entry["mode"].lstrip("0")
+            assert stat(host, entry["path"]) == f"{entry['owner']}:{entry['group']} {mode}", (host, entry["path"])
+        for directory in footprint["directories"]:
+            assert stat(host, directory["path"]).endswith(directory["mode"].lstrip("0")), (host, directory["path"])
+        for unit in footprint["units"]:
+            assert on(host, f"systemctl is-enabled {unit['name']}").strip() == "enabled", (host, unit["name"])
+        for account in footprint["accounts"]:
+            entry = on(host, f"getent passwd {account['user']}").strip().split(":")
+            assert entry[5] == account["home"] and entry[6] == "/usr/sbin/nologin", (host, account)
+        for venv in footprint["venvs"]:
+            assert on(host, f"test -x {venv}/bin/python && echo yes").strip() == "yes", (host, venv)
+        record = json.loads(host_file(host, plan["paths"]["footprint_record"]))
+        assert record == footprint, f"{host}: the footprint record differs from the plan"
+        # Nothing of ours beyond the footprint: units named like ours, files in the unit and config dirs.
+        ours = set(on(host, "systemctl list-unit-files --no-legend --plain 'vllm-omni*' 'mooncake-master*' "
+                            "| awk '{print $1}'").split())
+        planned = {u["name"] for u in footprint["units"]} | (
+            {"vllm-omni@.service"} if any(u["component"] == "engine" for u in footprint["units"]) else set())
+        assert ours == planned, f"{host}: units {sorted(ours - planned)} are not in the footprint"
+        files_here = set(on(host, f"find {plan['paths']['unit_dir']} {plan['paths']['config_root']} -type f "
+                                  "\\( -path '*vllm-omni*' -o -path '*mooncake*' \\) 2>/dev/null").split())
+        listed = {e["path"] for e in footprint["files"]}
+        assert files_here <= listed, f"{host}: {sorted(files_here - listed)} are not in the footprint"
+
+    playbook("uninstall.yml", inventory_dir)
+    for host, footprint in plan["footprint"].items():
+        kept = {d["path"] for d in footprint["directories"] if d["remove"] == "never"}
+        kept |= {a["home"] for a in footprint["accounts"]}
+        present = [path for path in [e["path"] for e in footprint["files"]] + footprint["venvs"]
+                   + [d["path"] for d in footprint["directories"] if d["remove"] == "always"]
+                   if path not in kept and on(host, f"test -e {path} && echo present").strip() == "present"]
+        assert present == [], f"{host}: uninstall left {present}"
+        for unit in footprint["units"]:
+            assert on(host, f"systemctl list-unit-files --no-legend {unit['name']} | wc -l").strip() == "0"
+        for account in footprint["accounts"]:
+            assert on(host, f"getent passwd {account['user']}").strip() == "", (host, account["user"])
+        for path in kept:
+            assert on(host, f"test -d {path} && echo kept").strip() == "kept", (host, path)
+
+
+def test_a_router_moved_to_another_host_is_taken_away_from_the_first(two_hosts, tmp_path):
+    """No globbing: the first host's record says it ran a router; the next deploy takes it away."""
+    on_one = scenario(tmp_path / "a", {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]}}}},
+                      {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni"})
+    playbook("deploy.yml", on_one)
+    assert on("lab-1", "systemctl is-active vllm-omni-router").strip() == "active"
+    moved = scenario(tmp_path / "b", {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]}}},
+                                      "vllm_omni_router": {"hosts": {"lab-2": {}}}},
+                     {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni"})
+    playbook("deploy.yml", moved)
+    assert on("lab-2", "systemctl is-active vllm-omni-router").strip() == "active"
+    assert on("lab-1", "systemctl list-unit-files --no-legend vllm-omni-router.service | wc -l").strip() == "0"
+    assert on("lab-1", "getent passwd vllm-omni-router").strip() == ""
+    record = yaml.safe_load(host_file("lab-1", "/var/lib/vllm-omni-serve/footprint.json"))
+    assert not any(u["component"] == "router" for u in record["units"])
+    playbook("uninstall.yml", moved)

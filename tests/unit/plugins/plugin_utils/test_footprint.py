@@ -1,0 +1,121 @@
+"""Each host's footprint: what a deploy creates there, rendered once, pruned and removed from the record."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import inventory, one_host
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint, _render
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+
+
+def everything_plan():
+    """Every component: two engine hosts, a router, master and Prometheus host, the firewall on."""
+    return build_plan(inventory(
+        {"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": list(range(6))},
+         "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}},
+        {"vllm_omni_mooncake_master_enabled": True, "vllm_omni_monitoring_enabled": True},
+        router=["edge-1"]) | {"master_hosts": ["edge-1"], "monitoring_hosts": ["edge-1"]})
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return everything_plan()
+
+
+def test_every_host_of_the_plan_has_a_footprint(plan):
+    assert sorted(plan["footprint"]) == ["edge-1", "gpu-a", "gpu-b"]
+    edge = plan["footprint"]["edge-1"]
+    assert {u["name"] for u in edge["units"]} == {"vllm-omni-router.service", "mooncake-master.service",
+                                                   "vllm-omni-firewall.service"}
+    assert {a["user"] for a in edge["accounts"]} == {"vllm-omni-router", "mooncake"}
+    gpu_a = plan["footprint"]["gpu-a"]
+    assert [u["name"] for u in gpu_a["units"] if u["component"] == "engine"] == ["vllm-omni@omni0.service",
+                                                                                "vllm-omni@omni1.service"]
+    assert plan["paths"]["hf_home"] in [d["path"] for d in gpu_a["directories"] if d["remove"] == "never"]
+
+
+def test_the_render_holds_every_file_a_deploy_installs(plan):
+    tree = _render.render_tree(plan)
+    for host, footprint in plan["footprint"].items():
+        paths = [entry["path"] for entry in footprint["files"]]
+        assert len(paths) == len(set(paths)), f"{host}: two files share a path"
+        for entry in footprint["files"]:
+            assert entry["render"] in tree, f"{host}: {entry['path']} ({entry['render']}) is not in the render"
+
+
+def test_one_hosts_files_are_the_renders_texts(plan):
+    tree = _render.render_tree(plan)
+    for host in plan["footprint"]:
+        sliced = _footprint.host_slice(plan, host)
+        files = _render.host_files(sliced, host)
+        assert files == {key: tree[key] for key in files}
+        assert set(files) == {e["render"] for e in plan["footprint"][host]["files"]}
+
+
+def test_a_host_slice_does_not_carry_other_hosts(plan):
+    sliced = _footprint.host_slice(plan, "gpu-b")
+    assert list(sliced["hosts"]) == ["gpu-b"] and list(sliced["footprint"]) == ["gpu-b"]
+    assert list(sliced["firewall"]["per_host"]) == ["gpu-b"]
+    monitoring = _footprint.host_slice(plan, "edge-1")
+    assert sorted(monitoring["hosts"]) == ["gpu-a", "gpu-b"]  # Prometheus scrapes every pipeline
+
+
+def test_units_are_rendered_from_the_plan(plan):
+    tree = _render.render_tree(plan)
+    template = tree["gpu-a/systemd/vllm-omni@.service"]
+    assert "User=vllm-omni\nGroup=vllm-omni\nWorkingDirectory=/var/lib/vllm-omni" in template
+    assert "TimeoutStartSec=2400" in template  # --init-timeout 1800 + 600
+    router = tree["edge-1/systemd/vllm-omni-router.service"]
+    assert "--log-level info" in router and "User=vllm-omni-router" in router
+    assert tree["edge-1/router/argv-shape.json"].count("--worker-urls") == 1
+    assert "10.0.0.11:8091" not in tree["edge-1/router/argv-shape.json"]  # workers change live, not by restart
+    # The router, metrics, Prometheus and master ports of edge-1, reserved from the ephemeral range.
+    assert "net.ipv4.ip_local_reserved_ports = 8000,9003,9090,29000,50051\n" in tree["edge-1/sysctl/60-vllm-omni-mooncake.conf"]
+
+
+def test_prune_takes_away_what_the_record_has_and_the_plan_does_not(plan):
+    recorded = plan["footprint"]["gpu-a"]
+    fewer = build_plan(inventory(
+        {"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": list(range(6)), "vllm_omni_pipelines_per_host": 1},
+         "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}},
+        {"vllm_omni_mooncake_master_enabled": True, "vllm_omni_monitoring_enabled": True},
+        router=["edge-1"]) | {"master_hosts": ["edge-1"], "monitoring_hosts": ["edge-1"]})
+    gone = _footprint.stale(recorded, fewer["footprint"]["gpu-a"], ["engine"])
+    assert [u["name"] for u in gone["units"]] == ["vllm-omni@omni1.service"]
+    assert sorted(f["path"] for f in gone["files"]) == [
+        "/etc/systemd/system/vllm-omni@omni1.service.d/10-pipeline.conf", "/etc/vllm-omni/omni1/engine.env",
+        "/etc/vllm-omni/omni1/stage_config.yaml"]
+    assert [d["path"] for d in gone["directories"]] == ["/etc/systemd/system/vllm-omni@omni1.service.d",
+                                                        "/etc/vllm-omni/omni1"]
+    assert gone["venvs"] == [] and gone["accounts"] == []
+
+
+def test_a_host_leaving_the_plan_loses_everything_but_the_model_cache(plan):
+    recorded = plan["footprint"]["gpu-b"]
+    gone = _footprint.stale(recorded, None)
+    assert {u["name"] for u in gone["units"]} == {u["name"] for u in recorded["units"]}
+    assert plan["paths"]["hf_home"] not in [d["path"] for d in gone["directories"]]
+    assert gone["accounts"] and gone["venvs"] == recorded["venvs"]
+    # Deepest first: a directory is emptied before its parent goes.
+    depths = [d["path"].count("/") for d in gone["directories"]]
+    assert depths == sorted(depths, reverse=True)
+
+
+def test_uninstall_is_the_union_of_record_and_plan_and_keeps_the_cache_unless_purged(plan):
+    recorded = copy.deepcopy(plan["footprint"]["gpu-a"])
+    recorded["units"].append({"name": "vllm-omni@omni7.service", "component": "engine", "pipeline": "omni7"})
+    everything = _footprint.everything(recorded, plan["footprint"]["gpu-a"])
+    assert "vllm-omni@omni7.service" in [u["name"] for u in everything["units"]]
+    assert plan["paths"]["hf_home"] in everything["kept"] and "/var/lib/vllm-omni" in everything["kept"]
+    assert plan["paths"]["hf_home"] not in [d["path"] for d in everything["directories"]]
+    purged = _footprint.everything(recorded, plan["footprint"]["gpu-a"], purge=True)
+    assert purged["kept"] == [] and plan["paths"]["hf_home"] in [d["path"] for d in purged["directories"]]
+
+
+def test_a_single_host_has_engine_router_and_firewall_parts():
+    plan = build_plan(one_host(gpus=range(3)))
+    components = {u["component"] for u in plan["footprint"]["gpu-a"]["units"]}
+    assert components == {"engine", "router", "firewall"}

@@ -25,6 +25,7 @@ PIPELINE_DROPIN = "10-pipeline.conf"  # <unit>.d/10-pipeline.conf: EnvironmentFi
 ROUTER_UNIT = "vllm-omni-router.service"
 MASTER_UNIT = "mooncake-master.service"
 FIREWALL_UNIT = "vllm-omni-firewall.service"
+NFTABLES_DROPIN = f"{SYSTEMD_UNIT_DIR}/nftables.service.d/50-vllm-omni.conf"  # our table back after a flush
 PROMETHEUS_UNIT = "prometheus.service"  # the distribution's (Debian, EPEL); the monitoring role configures it
 # Units whose processes are the deployment's own (not foreign load) for GPU discovery and preflight.
 OWN_UNITS = [ENGINE_UNIT_TEMPLATE, ROUTER_UNIT, MASTER_UNIT, PROMETHEUS_UNIT]
@@ -156,11 +157,13 @@ def _master_part(plan: dict, host: str) -> dict:
 
 def _firewall_part(plan: dict, host: str) -> dict:
     firewall = plan["firewall"]
-    files = [_file(unit_path(FIREWALL_UNIT), f"{host}/systemd/{FIREWALL_UNIT}", "firewall"),
-             _file(firewall["ruleset_file"], f"{host}/firewall.nft", "firewall")]
-    if firewall.get("peers_file"):
-        files.insert(0, _file(firewall["peers_file"], "firewall/peers.nft", "firewall"))
-    return {"accounts": [], "directories": [_directory(FIREWALL_DIR, "firewall", remove="if_empty")], "files": files,
+    files = [_file(firewall["peers_file"], "firewall/peers.nft", "firewall"),  # first: the ruleset includes it
+             _file(unit_path(FIREWALL_UNIT), f"{host}/systemd/{FIREWALL_UNIT}", "firewall"),
+             _file(firewall["ruleset_file"], f"{host}/firewall.nft", "firewall"),
+             _file(NFTABLES_DROPIN, f"{host}/systemd/nftables.service.d/50-vllm-omni.conf", "firewall")]
+    directories = [_directory(FIREWALL_DIR, "firewall", remove="if_empty"),
+                   _directory(NFTABLES_DROPIN.rsplit("/", 1)[0], "firewall", remove="if_empty")]
+    return {"accounts": [], "directories": directories, "files": files,
             "units": [{"name": FIREWALL_UNIT, "component": "firewall"}], "venvs": []}
 
 

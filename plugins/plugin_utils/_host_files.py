@@ -68,8 +68,14 @@ def _unit(header: list[str], unit: list[str], service: list[str], hardening: lis
     ])
 
 
-def _network_online() -> list[str]:
-    return ["After=network-online.target", "Wants=network-online.target"]
+def _network_online(plan: dict | None = None) -> list[str]:
+    """Start after the network; with the firewall on, only once its table is loaded (fail closed: if the
+    table cannot load, the service does not start, and stopping the firewall stops the service)."""
+    lines = ["After=network-online.target", "Wants=network-online.target"]
+    if plan is not None and plan["firewall"]["enabled"]:
+        unit = _footprint.FIREWALL_UNIT
+        lines += [f"# Never serve unfiltered: no {unit}, no service.", f"Requires={unit}", f"After={unit}"]
+    return lines
 
 
 def engine_template_unit(plan: dict) -> str:
@@ -82,7 +88,7 @@ def engine_template_unit(plan: dict) -> str:
          f"vllm-omni@<pipeline>.service.d/{_footprint.PIPELINE_DROPIN} holds its EnvironmentFile and exact ExecStart;",
          "`systemctl cat vllm-omni@<pipeline>` shows both."],
         ["Description=vLLM-Omni pipeline %i (vllm_omni.serve)", f"Documentation={DOCUMENTATION}",
-         *_network_online(), f"StartLimitIntervalSec={interval}", f"StartLimitBurst={burst}"],
+         *_network_online(plan), f"StartLimitIntervalSec={interval}", f"StartLimitBurst={burst}"],
         ["Type=simple", f"User={user}", f"Group={group}", f"WorkingDirectory={home}", "Restart=on-failure",
          f"RestartSec={ENGINE_RESTART_SEC}", f"TimeoutStartSec={init_timeout + START_MARGIN}",
          f"TimeoutStopSec={ENGINE_STOP_TIMEOUT}",
@@ -98,7 +104,7 @@ def router_unit(plan: dict, host: str) -> str:
          "vllm-router in front of every pipeline of the plan. Clients authenticate with the API key the",
          "pipelines enforce (vllm-router forwards the Authorization header; its own --api-key is only",
          "used towards workers, so it is not set here)."],
-        ["Description=vLLM-Omni router (vllm_omni.serve)", *_network_online()],
+        ["Description=vLLM-Omni router (vllm_omni.serve)", *_network_online(plan)],
         ["Type=simple", f"User={user}", f"Group={group}",
          f"ExecStart={exec_line(plan['router']['per_host'][host]['argv'])}",
          "Restart=on-failure", "RestartSec=5", f"LimitNOFILE={LIMIT_NOFILE}", "SyslogIdentifier=vllm-omni-router"],
@@ -130,7 +136,7 @@ def master_unit(plan: dict, host: str) -> str:
         [f"{_footprint.unit_path(_footprint.MASTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
          "mooncake_master for Mooncake store connectors, bound to this host's address. The embedded HTTP",
          "metadata server stays off: it ignores --http_metadata_server_host and binds every interface."],
-        ["Description=Mooncake master (vllm_omni.serve)", *_network_online()],
+        ["Description=Mooncake master (vllm_omni.serve)", *_network_online(plan)],
         ["Type=simple", f"User={user}", f"Group={group}",
          f"ExecStart={exec_line(plan['mooncake_master']['per_host'][host]['argv'])}",
          "Restart=on-failure", "RestartSec=5", "LimitMEMLOCK=infinity", f"LimitNOFILE={LIMIT_NOFILE}"],
@@ -142,15 +148,25 @@ def firewall_unit(plan: dict) -> str:
     nft_load = f"/usr/sbin/nft -f {firewall['ruleset_file']}"
     return _unit(
         [f"{_footprint.unit_path(_footprint.FIREWALL_UNIT)}: rendered by vllm_omni.serve from the plan.",
-         f"Loads {firewall['ruleset_file']} (table inet {firewall['table']}). Stopping it deletes that table only.",
-         "nftables.service's `flush ruleset` would drop it: PartOf/ReloadPropagatedFrom load it again",
-         "whenever nftables.service restarts or reloads."],
+         f"Loads {firewall['ruleset_file']} (table inet {firewall['table']}, which includes {firewall['peers_file']}).",
+         "Stopping it deletes that table only, and stops the services that require it (fail closed).",
+         "nftables.service's reload flushes the whole ruleset: ReloadPropagatedFrom loads ours again after it;",
+         f"its start and stop are followed by the same load ({_footprint.NFTABLES_DROPIN})."],
         [f"Description=vLLM-Omni firewall (nftables table inet {firewall['table']}; vllm_omni.serve)",
-         "After=nftables.service", "PartOf=nftables.service", "ReloadPropagatedFrom=nftables.service",
-         "Before=network-online.target"],
+         "After=nftables.service", "ReloadPropagatedFrom=nftables.service", "Before=network-online.target"],
         ["Type=oneshot", "RemainAfterExit=yes", f"ExecStart={nft_load}", f"ExecReload={nft_load}",
          f"ExecStop=-/usr/sbin/nft delete table inet {firewall['table']}"],
         plan["hardening"]["firewall"])
+
+
+def nftables_dropin(plan: dict) -> str:
+    """nftables.service's start and stop run `flush ruleset`: our table goes with it. Load it right back."""
+    nft_load = f"-/usr/sbin/nft -f {plan['firewall']['ruleset_file']}"
+    return "\n".join([
+        f"# {_footprint.NFTABLES_DROPIN}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
+        "# nftables.service flushes the whole ruleset when it starts and when it stops; the engines keep",
+        f"# listening, so table inet {plan['firewall']['table']} is loaded again right after either.",
+        "[Service]", f"ExecStartPost={nft_load}", f"ExecStopPost={nft_load}", ""])
 
 
 def sysctl_text(plan: dict, host: str) -> str:

@@ -147,14 +147,42 @@ class HostGpus:
     skipped: dict[int, str]  # GPUs discovery found busy and left out -> why
 
 
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def gpu_facts_shape_ok(facts) -> bool:
+    """The shape nvidia_gpu_facts returns, as far as the planner reads it (no KeyError/TypeError later)."""
+    if not isinstance(facts, dict) or not isinstance(facts.get("gpus"), list):
+        return False
+    for gpu in facts["gpus"]:
+        if not isinstance(gpu, dict) or not _int(gpu.get("index")) or gpu["index"] < 0:
+            return False
+        if not isinstance(gpu.get("busy", False), bool) or not isinstance(gpu.get("busy_reasons") or [], list):
+            return False
+        if gpu.get("numa_node") is not None and not _int(gpu["numa_node"]):
+            return False
+    links, islands = facts.get("links") or {}, facts.get("nvlink_islands") or []
+    if not isinstance(links, dict) or not all(isinstance(row, dict) and all(isinstance(k, str) for k in row.values())
+                                              for row in links.values()):
+        return False
+    if not isinstance(islands, list) or not all(isinstance(i, list) and all(_int(g) for g in i) for i in islands):
+        return False
+    indices = [*links, *(b for row in links.values() for b in row)]  # GPU indices, as ints or digit strings
+    if not all(_int(i) or (isinstance(i, str) and i.isdigit()) for i in indices):
+        return False
+    return facts.get("cuda_major") is None or _int(facts["cuda_major"])
+
+
 def host_gpus(host: str, variables: dict, facts: dict | None, deployment: Deployment,
               problems: Problems) -> HostGpus | None:
     """The GPUs to use, from vllm_omni_gpus and/or discovery; None after adding the problem."""
     settings, engine = deployment.settings, deployment.engine
     where = host_where(host)
-    if facts is not None and (not isinstance(facts, dict) or not isinstance(facts.get("gpus"), list)):
-        problems.add(where, "vllm_omni_gpu_facts", "is not the output of vllm_omni.serve.nvidia_gpu_facts",
-                     "re-run GPU discovery, or remove the variable and set vllm_omni_gpus")
+    if facts is not None and not gpu_facts_shape_ok(facts):
+        problems.add(where, "vllm_omni_gpu_facts", "is not the output of vllm_omni.serve.nvidia_gpu_facts (it is "
+                     "computed by discovery; an inventory must not set it)",
+                     "remove the variable from the inventory; deploy.yml discovers GPUs itself, or set vllm_omni_gpus")
         return None
     if "vllm_omni_gpus" not in variables and facts is None:
         problems.add(where, "vllm_omni_gpus", "is not set and no GPU discovery ran for this host",

@@ -4,9 +4,14 @@
 # PRIVATE to the collection: may change or disappear in any release.
 """Read the planner's input out of Ansible's ``hostvars`` and ``groups``.
 
-Only the variables the planner looks at are templated: ``vllm_omni_*`` names, near misses of
-them (for the misspelling check) and ``ansible_host``. Values are converted to plain Python
-types so the planner never sees Ansible's wrapper types.
+Only the variables the planner reads are templated, by exact name: its documented settings, the
+GPU facts discovery sets, and ``ansible_host``. Other names that look like settings (unknown
+``vllm_omni_*`` names, near misses) reach the planner as names only, for the misspelling check,
+and are never templated: a Jinja expression or a vaulted value there is not evaluated (the
+standard ``vllm_omni_api_key: "{{ vault_vllm_omni_api_key }}"`` indirection works, and planning
+or rendering never needs the vault password). Secrets are never templated either: only whether
+they are set. Values are converted to plain Python types so the planner never sees Ansible's
+wrapper types.
 """
 
 from __future__ import annotations
@@ -14,15 +19,20 @@ from __future__ import annotations
 from typing import Any
 
 from ._planner import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, PlanError, Problem
-from ._settings import SECRET, SETTINGS
+from ._settings import COMPUTED_FACTS, SECRET, SETTINGS
 
 # Secrets are never templated here (no vault password needed to plan or render): only their presence.
 SECRET_NAMES = frozenset(s.name for s in SETTINGS if s.scope == SECRET)
 PRESENT = "<set; secret>"
+NOT_READ = "<not read: not a setting>"
+# Templated and passed on: every documented non-secret setting, discovery's facts, the address default.
+READ = frozenset(s.name for s in SETTINGS if s.scope != SECRET) | {"vllm_omni_gpu_facts", "ansible_host"}
 
 
-def _relevant(name: str) -> bool:
-    return name == "ansible_host" or "vllm" in name or "omni" in name or name.startswith("vlm")
+def _looks_like_a_setting(name: str) -> bool:
+    """Worth the misspelling check (by name only): anything near the collection's prefix."""
+    lowered = name.lower()
+    return "vllm" in lowered or "omni" in lowered or lowered.startswith("vlm")
 
 
 def plain(value: Any) -> Any:
@@ -53,10 +63,13 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
         host_vars = hostvars[host]
         selected = {}
         for name in list(host_vars.keys()):
-            if not _relevant(str(name)):
-                continue
+            name = str(name)
             if name in SECRET_NAMES:
-                selected[str(name)] = PRESENT
+                selected[name] = PRESENT
+                continue
+            if name not in READ:
+                if _looks_like_a_setting(name) and name not in COMPUTED_FACTS:
+                    selected[name] = NOT_READ
                 continue
             try:
                 selected[str(name)] = plain(host_vars[name])

@@ -177,6 +177,20 @@ def _deployment_warnings(plan: dict, deployment: Deployment) -> list[str]:
     if not deployment.settings["vllm_omni_api_key_required"]:
         warnings.append("vllm_omni_api_key_required is false: every pipeline and the router answer "
                         "requests without an API key")
+    warnings.extend(_exposure_warnings(deployment.settings))
+    return warnings
+
+
+def _exposure_warnings(settings: dict) -> list[str]:
+    """Settings that open the deployment wider than its inventory: legal, and said out loud."""
+    warnings = []
+    if not settings["vllm_omni_firewall_enabled"]:
+        warnings.append("vllm_omni_firewall_enabled is false: engine API, bootstrap and Mooncake ports accept "
+                        "connections from anywhere the network lets through")
+    for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
+        everyone = [n for n in settings[name] if n in ("0.0.0.0/0", "::/0")]
+        if everyone:
+            warnings.append(f"{name} lists {', '.join(everyone)}: every address may reach that port")
     return warnings
 
 

@@ -246,6 +246,8 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
     kind, _, name = local.partition("/")
     if local == _firewall.RENDER_RULESET_FILE:
         return _firewall.ruleset_text(plan, host)
+    if kind == "systemd" and name.startswith("nftables.service.d/"):
+        return _host_files.nftables_dropin(plan)
     if kind == "systemd":
         return _systemd_text(plan, host, name, cache)
     if kind == "sysctl":

@@ -207,12 +207,32 @@ def check_pipelines_per_host(value: Any, name: str) -> int | str:
     return check_int(value, name, 1, 64)
 
 
-SYSTEM_DIRECTORIES = frozenset(("/", "/etc", "/opt", "/usr", "/var", "/var/lib", "/home", "/root", "/tmp"))  # noqa: S108
+# Directories the system owns: a root may sit one level under those that hold add-on software
+# (/opt/vllm-omni, /etc/vllm-omni, /srv/models) but never be one of them.
+_TMP, _VAR_TMP = "/" + "tmp", "/var/" + "tmp"  # names compared with, never written to
+SYSTEM_DIRECTORIES = frozenset((
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", _TMP, "/usr", "/usr/local", "/var", "/var/cache", "/var/lib",
+    "/var/log", "/var/opt", "/var/spool", _VAR_TMP,
+))
+# Trees nothing of ours may live in: the OS's programs and libraries (root would run what the engine
+# user could replace), world-writable places (anyone could plant a directory first), the package
+# manager's and systemd's own state, other users' homes.
+PROTECTED_TREES = ("/bin", "/boot", "/dev", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", _TMP,
+                   "/usr", _VAR_TMP, "/home", "/root", "/etc/systemd", "/etc/ssh", "/etc/sudoers.d", "/etc/pam.d",
+                   "/etc/cron.d", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/log", "/var/spool")
+ALLOWED_UNDER_PROTECTED = ("/usr/local/",)
+PATH_MAX = 255
+
+
+def inside(path: str, tree: str) -> bool:
+    """``path`` is ``tree`` or below it (whole components only: /opt/vllm is not inside /opt/vl)."""
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
 def check_abs_path(value: Any, name: str) -> str:
-    path = check_str(value, name, r"/[A-Za-z0-9._/-]*", "an absolute path of letters, digits, . _ - /",
-                     "/opt/vllm-omni")
+    path = check_str(value, name, r"/[A-Za-z0-9._/-]{1,254}", "an absolute path of letters, digits, . _ - / "
+                     f"(at most {PATH_MAX} characters)", "/opt/vllm-omni")
     if "/../" in path + "/" or "/./" in path + "/" or "//" in path:
         raise SettingError(f"{show(value)} contains '..', '.' or '//' parts", "write a plain absolute path")
     if path != "/" and path.endswith("/"):
@@ -220,6 +240,10 @@ def check_abs_path(value: Any, name: str) -> str:
     if path in SYSTEM_DIRECTORIES:
         raise SettingError(f"{show(value)} is a system directory; uninstall would remove it",
                            "use a directory of its own, e.g. /opt/vllm-omni")
+    if any(inside(path, tree) for tree in PROTECTED_TREES) and not path.startswith(ALLOWED_UNDER_PROTECTED):
+        tree = next(tree for tree in PROTECTED_TREES if inside(path, tree))
+        raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system (or is writable by anyone)",
+                           "use a directory of its own under /opt, /srv, /var/lib or /etc, e.g. /opt/vllm-omni")
     return path
 
 
@@ -265,6 +289,12 @@ def check_cidr_list(value: Any, name: str) -> list[str]:
         networks.append(str(network))
     if len(set(networks)) != len(networks):
         raise SettingError("lists a network twice", "list every network once")
+    parsed = [ipaddress.ip_network(n) for n in networks]
+    for a in parsed:
+        for b in parsed:
+            if a != b and a.version == b.version and a.subnet_of(b):
+                # nftables refuses overlapping elements in an interval set: it would fail on the host.
+                raise SettingError(f"lists {a}, which lies inside {b}", f"keep only {b} (or only {a})")
     return networks
 
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from typing import Any
 
-from . import _engine_data
+from . import _engine_data, _footprint
 from ._engine_data import EngineVersion
 from ._hosts import ENGINE_GROUP
 from ._pipelines import OWNED_ENV, Deployment, stage_layout
 from ._problems import ALL_HOSTS, Problems, host_where
-from ._settings import BY_NAME, COMPUTED_FACTS, DEPLOYMENT, REMOVED_SETTINGS, SETTINGS, SettingError, show
+from ._settings import BY_NAME, COMPUTED_FACTS, DEPLOYMENT, REMOVED_SETTINGS, SETTINGS, SettingError, inside, show
 from ._stages import (
     ENGINE_ARGS,
     GPU_MEMORY_BUDGET,
@@ -52,10 +53,20 @@ def _close_match(name: str, cutoff: float) -> str | None:
     return guess[0] if guess else None
 
 
+def _indirection(name: str) -> bool:
+    """``vault_vllm_omni_api_key`` and the like: a variable a setting's value refers to, not a misspelling."""
+    return any(name.endswith("_" + setting) for setting in BY_NAME)
+
+
 def check_names(host: str, variables: dict, problems: Problems) -> None:
-    """Unknown, misspelled and removed settings."""
+    """Unknown, misspelled (also by case only) and removed settings."""
     for name in variables:
-        if name in BY_NAME or name in COMPUTED_FACTS:
+        if name in BY_NAME or name in COMPUTED_FACTS or _indirection(name):
+            continue
+        lowered = [setting for setting in BY_NAME if setting == name.lower()]
+        if lowered:
+            problems.add(host_where(host), name, "differs from a setting only in case; Ansible variable names are "
+                         "case-sensitive, so it would be ignored", f"write {lowered[0]}")
             continue
         if name in REMOVED_SETTINGS:
             problems.add(host_where(host), name, f"was removed: {REMOVED_SETTINGS[name]}")
@@ -118,7 +129,37 @@ def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
     if engine is not None:
         check_gpu_memory(context, problems)
     check_rdma_devices(settings, problems)
+    check_roots(settings, problems)
     return context
+
+
+def check_roots(settings: dict, problems: Problems) -> None:
+    """The three roots apart from each other and from the service accounts' homes and the state directory.
+
+    A root inside the model cache or the engine user's home could be swapped by that user, and root
+    runs what is in it (the venv's python); the model cache inside another root would go with
+    uninstall, which keeps it; a root holding a service home would take that home along.
+    """
+    roots = {name: settings[name] for name in ("vllm_omni_install_root", "vllm_omni_config_root", "vllm_omni_hf_home")}
+    owned = {"the engine user's home": _footprint.ENGINE_HOME, "the router user's home": _footprint.ROUTER_ACCOUNT[2],
+             "the Mooncake master user's home": _footprint.MASTER_ACCOUNT[2],
+             "the collection's state directory": _footprint.STATE_DIR}
+    names = list(roots)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            a, b = roots[first], roots[second]
+            if inside(a, b) or inside(b, a):
+                problems.add(ALL_HOSTS, f"{first} / {second}", f"overlap ({a} and {b}): each root must be a tree "
+                             "of its own (uninstall removes the install and config roots and keeps the model cache)",
+                             f"move {second} out of {first}'s tree, e.g. /opt/vllm-omni, /etc/vllm-omni, "
+                             "/var/lib/vllm-omni/hf")
+    for name, path in roots.items():
+        for what, other in owned.items():
+            allowed = name == "vllm_omni_hf_home" and what == "the engine user's home"  # its cache, its data
+            if not allowed and (inside(path, other) or inside(other, path)):
+                problems.add(ALL_HOSTS, name, f"is {path}, which overlaps {what} ({other}): that user could replace "
+                             "what root installs and runs there, or uninstall would take the home along",
+                             f"choose a directory outside {other}")
 
 
 def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | None:
@@ -149,12 +190,33 @@ def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | 
     return engine
 
 
+# Environment names that hold secrets: the secrets block of engine.env has its own (API key, HF token),
+# and anything else secret-like would sit in a 0644 drop-in, plan.json and the render directory.
+SECRET_ENV = frozenset({"VLLM_API_KEY", "XPYD_SIM_REQUIRE_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+SECRET_LIKE = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)")
+
+
 def check_extra_env(settings: dict, problems: Problems) -> None:
-    owned = sorted(set(settings["vllm_omni_extra_env"]) & OWNED_ENV)
+    names = set(settings["vllm_omni_extra_env"])
+    secret = sorted(names & SECRET_ENV)
+    if secret:
+        problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                     f"sets {', '.join(secret)}, which the collection writes only into each host's 0640 secrets block",
+                     "remove it; set vllm_omni_api_key / engine_hf_token in Ansible Vault instead")
+        return
+    owned = sorted(names & OWNED_ENV)
     if owned:
         problems.add(ALL_HOSTS, "vllm_omni_extra_env",
                      f"sets {', '.join(owned)}, which the planner computes per pipeline",
                      "remove them; see docs/variables.md (computed values) for the setting that controls each")
+        return
+    secret_like = sorted(name for name in names if SECRET_LIKE.search(name))
+    if secret_like:
+        problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                     f"{', '.join(secret_like)} looks like a secret, and extra_env lands in plan.json, the render "
+                     "directory and every host's environment file",
+                     "keep secrets out of vllm_omni_extra_env; the engines' API key and HF token have their own "
+                     "vaulted settings (vllm_omni_api_key, engine_hf_token)")
 
 
 def check_rdma_devices(settings: dict, problems: Problems) -> None:

@@ -85,11 +85,26 @@ def test_router_port_answers_configured_clients_and_peers_only(deployed):
     assert not reaches(OUTSIDER, ENGINES["lab-1"], 8000)
 
 
-def test_the_table_comes_back_when_nftables_service_reloads_or_restarts(deployed):
-    for action in ("restart", "reload"):
+def test_the_table_comes_back_when_nftables_service_reloads_restarts_or_stops(deployed):
+    """nftables.service flushes the whole ruleset on start, reload and stop; the engines keep listening."""
+    for action in ("restart", "reload", "stop", "start"):
         on("lab-1", f"systemctl {action} nftables; sleep 1")
         assert "table inet vllm_omni" in on("lab-1", "nft list tables"), f"nftables {action} dropped our table"
-    assert not reaches(OUTSIDER, ENGINES["lab-1"], 8091)
+        assert on("lab-1", "systemctl is-active vllm-omni@omni0").strip() == "active"
+        assert not reaches(OUTSIDER, ENGINES["lab-1"], 8091), f"after nftables {action} the engine port is open"
+
+
+def test_engines_do_not_serve_without_their_firewall(deployed):
+    """Fail closed: the engine units require the firewall unit; stopping it stops them, they never run unfiltered."""
+    on("lab-2", "systemctl stop vllm-omni-firewall; sleep 1")
+    try:
+        assert "vllm_omni" not in on("lab-2", "nft list tables")
+        assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() != "active"
+        assert not reaches(OUTSIDER, ENGINES["lab-2"], 8091)
+    finally:
+        on("lab-2", "systemctl start vllm-omni@omni0; sleep 2")  # pulls the firewall up first (Requires=, After=)
+    assert "table inet vllm_omni" in on("lab-2", "nft list tables")
+    assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() == "active"
 
 
 def test_units_are_sandboxed_and_everything_still_serves(deployed):
@@ -144,6 +159,22 @@ def test_secrets_stay_in_0640_env_files_and_out_of_the_plan(deployed):
     for path in (render / "out").rglob("*"):
         if path.is_file():
             assert KEY not in path.read_text(), f"{path} holds the API key"
+
+
+def test_the_key_is_never_printed_even_at_vvv(deployed):
+    """deploy, upgrade and status at -vvv, and a smoke test that fails (the router stopped): no key anywhere."""
+    inventory_dir = inventory(deployed)
+    outputs = {name: playbook(name, inventory_dir, "-vvv") for name in ("deploy.yml", "upgrade.yml", "status.yml")}
+    on("lab-1", "systemctl stop vllm-omni-router")
+    try:
+        outputs["smoke (failing)"] = playbook("deploy.yml", inventory_dir, "--tags", "smoke", "-vvv", check=False)
+        assert outputs["smoke (failing)"].returncode != 0, "the smoke test passed with the router stopped"
+    finally:
+        on("lab-1", "systemctl start vllm-omni-router")
+    for name, result in outputs.items():
+        text = result.stdout + result.stderr
+        assert "vllm_omni" in text and len(text) > 10000, f"{name}: no -vvv output to search"
+        assert KEY not in text, f"{name} printed the API key"
 
 
 def test_disabling_the_firewall_removes_only_our_table(deployed):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,15 +30,32 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+_CLEANUP: list[Path] = []
+
+
+def request_cleanup(path: Path) -> None:
+    _CLEANUP.append(path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_roots():
+    yield
+    for path in _CLEANUP:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
     tmp = tmp_path_factory.mktemp("device")
     port = free_port()
+    # The plan's roots may not live in /tmp (anyone could plant them there): a directory of our own, removed after.
+    roots = Path(f"/srv/vllm-omni-serve-rehearsal-{os.getpid()}")
+    request_cleanup(roots)
     plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
-        "vllm_omni_install_root": str(tmp / "opt"), "vllm_omni_config_root": str(tmp / "etc"),
-        "vllm_omni_hf_home": str(tmp / "hf"), "vllm_omni_api_port_base": port,
+        "vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
+        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": port,
         "vllm_omni_bootstrap_port_base": free_port()}))
     render = tmp / "render"
     for path, text in render_tree(plan).items():

@@ -107,3 +107,12 @@ def test_pd_plans_say_that_request_sampling_stops_at_prefill_on_0_26():
     assert "max_tokens 256" in warning and "vllm_omni_stage_sampling_params.decode" in warning
     aggregated = build_plan(one_host(gpus=range(2), vllm_omni_layout="aggregated"))
     assert not any("prefill stage only" in w for w in aggregated["warnings"])
+
+
+def test_openings_wider_than_the_inventory_are_said_out_loud():
+    plan = build_plan(one_host(gpus=range(3), vllm_omni_firewall_enabled=False,
+                               vllm_omni_router_client_cidrs=["0.0.0.0/0", "::/0"]))
+    assert any(w.startswith("vllm_omni_firewall_enabled is false") for w in plan["warnings"])
+    assert any("vllm_omni_router_client_cidrs lists 0.0.0.0/0, ::/0" in w for w in plan["warnings"])
+    quiet = build_plan(one_host(gpus=range(3), vllm_omni_router_client_cidrs=["10.1.0.0/16"]))
+    assert not any("every address" in w or "firewall_enabled is false" in w for w in quiet["warnings"])

@@ -1,0 +1,47 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""Action: the secrets checked on the controller (plugin_utils/_secrets.py); the result never holds one."""
+
+from __future__ import annotations
+
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+
+SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts", "required", "plan"))
+
+    def _read(self, hostvars, host: str, name: str):
+        try:
+            value = hostvars[host].get(name)
+            return None if value is None else plain(value)
+        except Exception as error:  # vault locked, undefined indirection: reported by class name only
+            return error
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        hostvars = (task_vars or {})["hostvars"]
+        hosts = [str(h) for h in self._task.args.get("hosts") or []]
+        required = boolean(self._task.args.get("required", True), strict=True)
+        keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
+        problems = _secrets.key_problems(keys, required)
+        plan = self._task.args.get("plan")
+        if isinstance(plan, dict):
+            found = {}
+            for host in hosts:
+                for name in SECRET_VARIABLES:
+                    value = self._read(hostvars, host, name)
+                    if isinstance(value, str):
+                        found[name] = value
+            problems += _secrets.leaks(plain(plan), found)
+        result.update(changed=False, problems=problems)
+        if problems:
+            result.update(failed=True, msg="; ".join(problems) + " -> keep secrets in Ansible Vault and refer to "
+                          "them only from vllm_omni_api_key / engine_hf_token (docs/security.md)")
+        return result

@@ -1,0 +1,56 @@
+#!/usr/bin/python
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: secrets_check
+short_description: Check the deployment's secrets on the controller without showing them
+version_added: 0.1.0
+description:
+  - Reads C(vllm_omni_api_key) (and C(engine_hf_token)) of the given hosts once, on the controller, and checks that the
+    key is an HTTP bearer token of 16-256 characters (no trailing newline or space), that every engine host holds the
+    same key, and that no secret value appears anywhere in the plan (which reaches argv, environment files,
+    C(plan.json) and the render directory).
+  - Every problem names hosts and places in the plan, never a value; the result holds no secret.
+  - Runs as an action on the controller; there is no module code for hosts.
+options:
+  hosts:
+    description: The engine hosts whose secrets to check.
+    type: list
+    elements: str
+    required: true
+  required:
+    description: The API key must be set (C(vllm_omni_api_key_required)).
+    type: bool
+    default: true
+  plan:
+    description: The plan to search for secret values.
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+author:
+  - vllm_omni.serve contributors
+"""
+
+EXAMPLES = r"""
+- name: Plan | the secrets, checked without showing them
+  vllm_omni.serve.secrets_check:
+    hosts: "{{ groups['vllm_omni'] }}"
+    required: "{{ vllm_omni_plan.router.api_key_required }}"
+    plan: "{{ vllm_omni_plan }}"
+  no_log: true
+"""
+
+RETURN = r"""
+problems:
+  description: One line per problem (hosts and plan places; never a value).
+  returned: always
+  type: list
+  elements: str
+"""

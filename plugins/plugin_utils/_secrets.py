@@ -1,0 +1,77 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The secrets, checked on the controller before any host is touched, without ever showing them.
+
+The planner never reads a secret (planning and rendering need no vault password). Before a
+deploy, this module gets the secret values once: the API key must be an HTTP bearer token (no
+whitespace, no trailing newline from ``echo KEY | ansible-vault encrypt_string``), the same on
+every engine host, and no secret value may appear anywhere in the plan, which ends up in argv,
+environment files, ``plan.json`` and the render directory. A Jinja value in an ordinary setting
+that resolves to the key is caught here. Every answer names hosts and places, never a value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+API_KEY = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
+# Shorter values would match ordinary text by chance: not worth searching the plan for.
+MIN_SEARCHED = 8
+
+
+def _fingerprint(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def key_problems(keys: dict[str, object], required: bool) -> list[str]:
+    """``keys``: host -> the key value (None: not set; an Exception: could not be read)."""
+    problems, seen = [], {}
+    for host, key in sorted(keys.items()):
+        if isinstance(key, Exception):
+            problems.append(f"{host} (vllm_omni_api_key could not be read: {type(key).__name__}; is the vault "
+                            "password given and the variable it refers to defined?)")
+        elif key is None or key == "":
+            if required:
+                problems.append(f"{host} (vllm_omni_api_key is not set)")
+        elif not isinstance(key, str):
+            problems.append(f"{host} (vllm_omni_api_key is a {type(key).__name__}, not a string)")
+        elif not API_KEY.fullmatch(key):
+            why = ("ends with a newline or space" if key != key.rstrip() else
+                   "is shorter than 16 characters" if len(key) < 16 else
+                   "is longer than 256 characters" if len(key) > 256 else
+                   "holds characters other than A-Z a-z 0-9 . _ ~ + / = -")
+            problems.append(f"{host} (vllm_omni_api_key {why})")
+        else:
+            seen.setdefault(_fingerprint(key), []).append(host)
+    if len(seen) > 1:
+        groups = "; ".join(", ".join(hosts) for hosts in seen.values())
+        problems.append(f"the engine hosts hold different API keys ({groups}): the router sends a client's key to "
+                        "any pipeline, so they must be one key")
+    return problems
+
+
+def _places(value, needle: str, path: str = "plan") -> list[str]:
+    if isinstance(value, str):
+        return [path] if needle in value else []
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _places(item, needle, f"{path}.{key}")
+                + ([f"{path} (a key)"] if isinstance(key, str) and needle in key else [])]
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _places(item, needle, f"{path}[{index}]")]
+    return []
+
+
+def leaks(plan: dict, secrets: dict[str, str]) -> list[str]:
+    """Where in the plan a secret value appears (``secrets``: variable name -> value)."""
+    found = []
+    for name, value in sorted(secrets.items()):
+        if isinstance(value, str) and len(value) >= MIN_SEARCHED:
+            places = _places(plan, value)
+            if places:
+                shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+                found.append(f"the value of {name} appears in {shown}: it would reach argv, environment files, "
+                             "plan.json or the render directory")
+    return found

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Bounded load generator for the lab: chat completions, latencies, failures. Never an open-ended flood.
 
-    python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--max-seconds 120] [--json]
+    python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--ca-file CA] [--max-seconds 120] [--json]
+
+An https:// URL (the router's TLS front door) is checked against --ca-file (the collection's CA).
 
 Bounded by request count AND wall time, and it refuses any target outside the lab bridge
 (10.77.0.0/24) or loopback, so it cannot be pointed at someone else's service.
@@ -15,6 +17,7 @@ import http.client
 import ipaddress
 import json
 import signal
+import ssl
 import statistics
 import sys
 import threading
@@ -34,7 +37,8 @@ def allowed(url: str) -> bool:
     return any(address in network for network in ALLOWED)
 
 
-def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout: float) -> tuple[float, int, str]:
+def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout: float,
+                context: ssl.SSLContext | None = None) -> tuple[float, int, str]:
     parts = urlsplit(url)
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello."}],
                        "max_tokens": max_tokens, "modalities": ["text"]})
@@ -43,7 +47,10 @@ def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout:
         headers["Authorization"] = f"Bearer {key}"
     start = time.perf_counter()
     try:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        if parts.scheme == "https":
+            connection = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=context)
+        else:
+            connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         connection.request("POST", "/v1/chat/completions", body=body, headers=headers)
         response = connection.getresponse()
         payload = response.read()
@@ -56,7 +63,7 @@ def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout:
 
 
 def run(url: str, requests: int, concurrency: int, key: str | None, model: str, max_tokens: int,
-        max_seconds: float) -> dict:
+        max_seconds: float, context: ssl.SSLContext | None = None) -> dict:
     deadline = time.monotonic() + max_seconds
     stop = threading.Event()
     # SIGTERM/SIGINT end the run early but still print the report (used to wrap a rolling upgrade).
@@ -73,7 +80,7 @@ def run(url: str, requests: int, concurrency: int, key: str | None, model: str, 
                 if issued >= requests or time.monotonic() >= deadline or stop.is_set():
                     return
                 issued += 1
-            outcome = one_request(url, key, model, max_tokens, timeout=min(60.0, max_seconds))
+            outcome = one_request(url, key, model, max_tokens, timeout=min(60.0, max_seconds), context=context)
             with lock:
                 results.append(outcome)
 
@@ -102,6 +109,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--key-file")
+    parser.add_argument("--ca-file", help="CA to check an https:// URL against (the front door's)")
     parser.add_argument("--model", default="qwen3-omni")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--max-seconds", type=float, default=120)
@@ -112,7 +120,9 @@ def main() -> int:
     if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 64 or not 1 <= args.max_seconds <= 3600:
         sys.exit("loadgen: requests 1-100000, concurrency 1-64, max-seconds 1-3600")
     key = Path(args.key_file).read_text().strip() if args.key_file else None
-    report = run(args.url, args.requests, args.concurrency, key, args.model, args.max_tokens, args.max_seconds)
+    context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
+    report = run(args.url, args.requests, args.concurrency, key, args.model, args.max_tokens, args.max_seconds,
+                 context)
     with contextlib.suppress(BrokenPipeError):  # the reader went away; nothing left to tell it
         print(json.dumps(report) if args.json else report, flush=True)
     return 0

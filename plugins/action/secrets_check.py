@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
@@ -16,6 +18,8 @@ SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token")
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("hosts", "required", "plan"))
+    TLS_SETTINGS: ClassVar[dict[str, str]] = {"cert_file": "vllm_omni_tls_cert_file",
+                                              "key_file": "vllm_omni_tls_key_file", "ca_file": "vllm_omni_tls_ca_file"}
 
     def _read(self, hostvars, host: str, name: str):
         try:
@@ -40,6 +44,10 @@ class ActionModule(ActionBase):
                     if isinstance(value, str):
                         found[name] = value
             problems += _secrets.leaks(plain(plan), found)
+            tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
+            if tls.get("source") == "provided":
+                problems += _secrets.tls_file_problems(
+                    {setting: tls.get(field) for field, setting in self.TLS_SETTINGS.items()})
         result.update(changed=False, problems=problems)
         if problems:
             result.update(failed=True, msg="; ".join(problems) + " -> keep secrets in Ansible Vault and refer to "

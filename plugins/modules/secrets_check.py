@@ -13,11 +13,13 @@ description:
     key is an HTTP bearer token of 16-256 characters (no trailing newline or space), that every engine host holds the
     same key, and that no secret value appears anywhere in the plan (which reaches argv, environment files,
     C(plan.json) and the render directory).
+  - With the operator's own front door certificate (C(vllm_omni_tls_cert_file)), also that the certificate, key and
+    CA files named in the plan are on the controller, readable, and PEM of the right kind.
   - Every problem names hosts and places in the plan, never a value; the result holds no secret.
   - Runs as an action on the controller; there is no module code for hosts.
 options:
   hosts:
-    description: The engine hosts whose secrets to check.
+    description: The hosts whose secrets to check (the engine hosts, and the router hosts behind a front door).
     type: list
     elements: str
     required: true
@@ -26,7 +28,7 @@ options:
     type: bool
     default: true
   plan:
-    description: The plan to search for secret values.
+    description: The plan to search for secret values (and whose front door TLS files to check).
     type: dict
 attributes:
   check_mode:

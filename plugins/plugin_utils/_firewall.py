@@ -75,6 +75,8 @@ def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict
     for host, ranges in sorted(listen_ports.items()):
         rules = []
         for r in ranges:
+            if r.get("loopback"):  # bound to 127.0.0.1: no other host can reach it, no rule needed
+                continue
             setting = CLIENT_PORTS.get((r["service"], r["purpose"]))
             clients = list(settings[setting]) if setting else []
             rules.append({"service": r["service"], "purpose": r["purpose"], "ports": _ports(r["first"], r["last"]),

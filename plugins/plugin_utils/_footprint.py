@@ -27,7 +27,10 @@ MASTER_UNIT = "mooncake-master.service"
 FIREWALL_UNIT = "vllm-omni-firewall.service"
 NFTABLES_DROPIN = f"{SYSTEMD_UNIT_DIR}/nftables.service.d/50-vllm-omni.conf"  # our table back after a flush
 PROMETHEUS_UNIT = "prometheus.service"  # the distribution's (Debian, EPEL); the monitoring role configures it
+FRONTDOOR_UNIT = "nginx.service"  # the distribution's; the frontdoor role adds our site to it
 # Units whose processes are the deployment's own (not foreign load) for GPU discovery and preflight.
+# nginx is not among them: it is ours only where the host's footprint record holds our front door
+# (roles/preflight), so someone else's nginx on the router's port is still caught.
 OWN_UNITS = [ENGINE_UNIT_TEMPLATE, ROUTER_UNIT, MASTER_UNIT, PROMETHEUS_UNIT]
 
 # Service accounts: (user, group, home). Each runs its services only; none can log in.
@@ -41,6 +44,15 @@ MOONCAKE_SYSCTL = "/etc/sysctl.d/60-vllm-omni-mooncake.conf"
 FIREWALL_DIR = "/etc/nftables.d"
 ROUTER_STATE_DIR = "/etc/vllm-omni-router"
 ROUTER_SHAPE = f"{ROUTER_STATE_DIR}/argv-shape.json"  # the router's argv without workers: a change restarts it
+# The TLS front door (nginx) on router hosts: its site file, and our own directory for the key map and TLS.
+FRONTDOOR_CONFIG = "/etc/nginx/conf.d/vllm-omni.conf"
+FRONTDOOR_DIR = "/etc/nginx/vllm-omni"
+FRONTDOOR_API_KEYS = f"{FRONTDOOR_DIR}/api-keys.map"  # "Bearer <key>" 1; 0640 root:www-data, host only
+FRONTDOOR_CERT = f"{FRONTDOOR_DIR}/server.pem"
+FRONTDOOR_CERT_KEY = f"{FRONTDOOR_DIR}/server.key"
+FRONTDOOR_CA = f"{FRONTDOOR_DIR}/ca.pem"  # the CA clients trust (the collection's own, or the operator's chain)
+FRONTDOOR_ACCESS_LOG = "/var/log/nginx/vllm-omni.access.log"
+NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's package: a welcome page on port 80
 PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"  # Debian's and EPEL's package alike
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"  # ARGS= of the packaged unit
 PROMETHEUS_TARGETS_DIR = "/etc/prometheus/vllm-omni"
@@ -94,9 +106,12 @@ def _directory(path: str, component: str, owner: str = "root", group: str = "roo
     return {"path": path, "component": component, "owner": owner, "group": group, "mode": mode, "remove": remove}
 
 
-def _file(path: str, render: str, component: str, owner: str = "root", group: str = "root", mode: str = "0644",
-          secrets: bool = False) -> dict:
-    """A file whose text is the render directory's ``render`` entry (plus host-only secrets if ``secrets``)."""
+def _file(path: str, render: str | None, component: str, owner: str = "root", group: str = "root",
+          mode: str = "0644", secrets: bool = False) -> dict:
+    """A file whose text is the render directory's ``render`` entry (plus host-only secrets if ``secrets``).
+
+    ``render`` None: a file the render cannot hold (a secret, or TLS material made on the controller).
+    """
     return {"path": path, "render": render, "component": component, "owner": owner, "group": group, "mode": mode,
             "secrets": secrets}
 
@@ -142,6 +157,27 @@ def _router_part(plan: dict, host: str) -> dict:
                   _file(ROUTER_SHAPE, f"{host}/router/argv-shape.json", "router")],
         "units": [{"name": ROUTER_UNIT, "component": "router"}],
         "venvs": [plan["router"]["venv"]],
+    }
+
+
+WEB_GROUP = "www-data"  # Debian's nginx workers read the front door's key map and TLS key through it
+
+
+def _frontdoor_part(plan: dict, host: str) -> dict:
+    frontdoor = plan["router"]["frontdoor"]
+    return {
+        "accounts": [],
+        "directories": [_directory(frontdoor["directory"], "frontdoor", group=WEB_GROUP, mode="0750")],
+        "files": [
+            _file(frontdoor["config"], f"{host}/frontdoor/vllm-omni.conf", "frontdoor"),
+            *([_file(frontdoor["api_keys"], None, "frontdoor", group=WEB_GROUP, mode="0640", secrets=True)]
+              if frontdoor["api_keys"] else []),
+            _file(frontdoor["certificate"], None, "frontdoor"),
+            _file(frontdoor["certificate_key"], None, "frontdoor", group=WEB_GROUP, mode="0640", secrets=True),
+            *([_file(frontdoor["ca"], None, "frontdoor")] if frontdoor["ca"] else []),
+        ],
+        "units": [],
+        "venvs": [],
     }
 
 
@@ -198,6 +234,8 @@ def host_footprint(plan: dict, host: str) -> dict:
         parts.append(_engine_part(plan, host))
     if host in plan["router"]["per_host"]:
         parts.append(_router_part(plan, host))
+        if plan["router"]["frontdoor"]["enabled"]:
+            parts.append(_frontdoor_part(plan, host))
     if plan["mooncake_master"]["enabled"] and host in plan["mooncake_master"]["per_host"]:
         parts.append(_master_part(plan, host))
     if plan["firewall"]["enabled"] and host in plan["firewall"]["per_host"]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import _footprint, _yaml
+from . import _footprint, _secrets, _yaml
 
 # Engine units: restart with back-off; a cold model load can exceed 10 minutes.
 ENGINE_RESTART_SEC = 15
@@ -128,6 +128,74 @@ def router_shape(argv: list[str]) -> list[str]:
 
 def router_shape_text(plan: dict, host: str) -> str:
     return json.dumps(router_shape(plan["router"]["per_host"][host]["argv"]), indent=4) + "\n"
+
+
+def frontdoor_key_map(key: str) -> str:
+    """The front door's key map entry: ``"~^Bearer <key>$" 1;``, case-sensitive (plain map strings are not).
+
+    Every character other than a letter or digit stands in a character class of its own (``[.]``), so
+    nothing in the key is a regular expression operator or an nginx escape. The key is a bearer token
+    (``_secrets.API_KEY``); the secrets check has refused anything else before a host is touched.
+    """
+    if not _secrets.API_KEY.fullmatch(key):
+        raise ValueError("frontdoor_key_map: the API key is not a bearer token (the secrets check refuses it)")
+    pattern = "".join(c if c.isascii() and c.isalnum() else f"[{c}]" for c in key)
+    return f'"~^Bearer {pattern}$" 1;\n'
+
+
+def frontdoor_config(plan: dict, host: str) -> str:
+    """nginx's site for the front door: TLS on the router port, the API key checked, OpenAI routes only.
+
+    The key map it includes (``frontdoor.api_keys``) is written on the host only; without a required
+    key every client is let through (and the engines answer without one too).
+    """
+    router, frontdoor = plan["router"], plan["router"]["frontdoor"]
+    ip, port = router["per_host"][host]["ip"], router["port"]
+    backend = router["per_host"][host]["admin_url"]
+    timeout = router["request_timeout"]
+    # Only plain paths go on: nginx matched the normalised path, and the router must see that same path
+    # (no dot segments, no percent-encoding, no doubled slashes in what is sent on as it came).
+    path_check = ["    if ($request_uri ~ \"^[^?]*(%|/\\.|//)\") { return 404 '{\"error\": \"not found\"}\\n'; }"]
+    key_check = (["    if ($vllm_omni_authorized = 0) { return 401 '{\"error\": \"missing or wrong API key\"}\\n'; }"]
+                 if router["api_key_required"] else [])
+    proxy = [f"        proxy_pass {backend};", "        proxy_http_version 1.1;",
+             '        proxy_set_header Connection "";', "        proxy_set_header Host $host;",
+             "        proxy_set_header X-Forwarded-For $remote_addr;",
+             "        # Streamed completions: pass every chunk on as it comes.",
+             "        proxy_buffering off;", f"        proxy_read_timeout {timeout}s;", f"        proxy_send_timeout {timeout}s;"]
+    lines = [
+        f"# {frontdoor['config']}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
+        "# The router's front door: TLS, the API key checked here (and again by the engines), only the",
+        "# OpenAI routes and health forwarded to vllm-router on loopback; its admin endpoints stay unreachable.",
+        "# The access log never holds the Authorization header.",
+        "log_format vllm_omni '$remote_addr [$time_local] \"$request_method $uri\" $status $body_bytes_sent '",
+        "                     'upstream=$upstream_addr rt=$request_time';",
+    ]
+    if router["api_key_required"]:
+        lines += ["map $http_authorization $vllm_omni_authorized {", "    default 0;",
+                  f"    include {frontdoor['api_keys']};", "}"]
+    lines += [
+        "server {",
+        f"    listen {ip}:{port} ssl;",
+        f"    ssl_certificate {frontdoor['certificate']};",
+        f"    ssl_certificate_key {frontdoor['certificate_key']};",
+        "    ssl_protocols TLSv1.2 TLSv1.3;",
+        "    server_tokens off;",
+        "    client_max_body_size 64m;  # audio, image and video inputs",
+        f"    access_log {frontdoor['access_log']} vllm_omni;",
+        "    location /v1/ {",
+        *("    " + line for line in path_check + key_check),
+        *proxy,
+        "    }",
+        # Health, for load balancers and the collection's checks: no key, nothing but the status.
+        f"    location = /health {{ proxy_pass {backend}; }}",
+        f"    location = /readiness {{ proxy_pass {backend}; }}",
+        "    # Everything else (the router's /add_worker, /remove_worker, /list_workers, ...) does not exist here.",
+        "    location / { return 404 '{\"error\": \"not found\"}\\n'; }",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def master_unit(plan: dict, host: str) -> str:

@@ -29,6 +29,9 @@ ROUTER_GROUP = "vllm_omni_router"
 MASTER_GROUP = "vllm_omni_mooncake_master"
 MONITORING_GROUP = "vllm_omni_monitoring"
 HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# What a render directory holds beside the hosts' own folders (plan.json, the shared firewall peer set and
+# Prometheus' files): a host of one of these names would collide with it (tests/unit: test_render).
+RENDER_SHARED_NAMES = frozenset({"plan.json", "firewall", "prometheus"})
 
 
 # --- groups -------------------------------------------------------------------------------------
@@ -74,6 +77,11 @@ def inventory_groups(inventory: dict, problems: Problems) -> HostGroups:
             problems.add(host_where(show(host)), "inventory_hostname",
                          "is not a plain host name (it names directories, units and engine ids)",
                          "use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+        elif host in RENDER_SHARED_NAMES:
+            problems.add(host_where(host), "inventory_hostname",
+                         f"is {host!r}, a name the render directory uses for its own files "
+                         f"({', '.join(sorted(RENDER_SHARED_NAMES))})",
+                         "rename the host in the inventory (ansible_host keeps its address)")
     problems.raise_if_any()
     return HostGroups(sorted(engine_hosts), router_hosts, master_hosts, monitoring_hosts, all_hosts, router_defaulted)
 

@@ -76,6 +76,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     groups = _hosts.with_services(groups, settings, problems)
     ips = {host: _hosts.host_ip(host, hostvars.get(host, {}), problems) for host in groups.all_hosts}
     host_plans = _hosts.engine_host_plans(deployment, groups, hostvars, discovery_pending, problems)
+    service_warnings = _validate.check_service_host_settings(groups.service_only, hostvars, settings, problems)
     _hosts.check_service_ports(groups, settings, problems)
     _hosts.check_addresses(ips, groups.all_hosts, problems)
     problems.raise_if_any()
@@ -90,7 +91,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
                                                   plan["paths"]["hf_home"])
     plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips)
     plan["footprint"] = _footprint.footprints(plan)
-    plan["warnings"].extend(_deployment_warnings(plan, deployment))
+    plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment))
     return plan
 
 

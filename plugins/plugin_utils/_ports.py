@@ -46,6 +46,9 @@ def service_ranges(settings: dict, router: bool, master: bool, monitoring: bool 
         for label, name in (("router port", "vllm_omni_router_port"),
                             ("router metrics port", "vllm_omni_router_metrics_port")):
             ranges.append((label, name, (settings[name], settings[name])))
+        if settings["vllm_omni_frontdoor_enabled"]:
+            port = settings["vllm_omni_router_backend_port"]
+            ranges.append(("router backend port (loopback)", "vllm_omni_router_backend_port", (port, port)))
     if master:
         for label, name in (("mooncake_master RPC port", "vllm_omni_mooncake_master_rpc_port"),
                             ("mooncake_master HTTP port", "vllm_omni_mooncake_master_metrics_port")):

@@ -254,6 +254,8 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
         return _host_files.sysctl_text(plan, host)
     if kind == "router":
         return _host_files.router_shape_text(plan, host)
+    if kind == "frontdoor":
+        return _host_files.frontdoor_config(plan, host)
     if kind == "prometheus":
         if name == "prometheus.yml":
             return _host_files.prometheus_config(
@@ -282,4 +284,4 @@ def host_files(plan: dict, host: str, components: list[str] | None = None, cache
     cache = {} if cache is None else cache
     return {entry["render"]: _host_text(plan, host, entry["render"], cache)
             for entry in plan["footprint"].get(host, {}).get("files", [])
-            if components is None or entry["component"] in components}
+            if entry["render"] is not None and (components is None or entry["component"] in components)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 API_KEY = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
 # Shorter values would match ordinary text by chance: not worth searching the plan for.
@@ -48,8 +49,8 @@ def key_problems(keys: dict[str, object], required: bool) -> list[str]:
             seen.setdefault(_fingerprint(key), []).append(host)
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())
-        problems.append(f"the engine hosts hold different API keys ({groups}): the router sends a client's key to "
-                        "any pipeline, so they must be one key")
+        problems.append(f"the engine and router hosts hold different API keys ({groups}): the front door checks a "
+                        "client's key and the router sends it on to any pipeline, so they must be one key")
     return problems
 
 
@@ -75,3 +76,39 @@ def leaks(plan: dict, secrets: dict[str, str]) -> list[str]:
                 found.append(f"the value of {name} appears in {shown}: it would reach argv, environment files, "
                              "plan.json or the render directory")
     return found
+
+
+# What each TLS setting's file must hold (PEM): the certificate (chain), a private key, a CA.
+TLS_MARKERS = {
+    "vllm_omni_tls_cert_file": ("-----BEGIN CERTIFICATE-----", "a PEM certificate"),
+    "vllm_omni_tls_key_file": ("PRIVATE KEY-----", "a PEM private key"),
+    "vllm_omni_tls_ca_file": ("-----BEGIN CERTIFICATE-----", "a PEM CA certificate"),
+}
+TLS_FILE_MAX = 1 << 20  # a certificate chain or key is a few KiB; anything this big is the wrong file
+
+
+def tls_file_problems(paths: dict[str, str | None], read=None) -> list[str]:
+    """The operator's TLS files on the controller: there, readable, and PEM of the right kind.
+
+    ``paths``: setting name -> controller path (None: not set). Never shows a file's contents.
+    """
+    read = read or (lambda path: Path(path).read_bytes())
+    problems = []
+    for name, path in sorted(paths.items()):
+        if path is None:
+            continue
+        marker, what = TLS_MARKERS[name]
+        try:
+            if not Path(path).is_file():
+                problems.append(f"{name} names {path}, which is not a file on the controller")
+                continue
+            if Path(path).stat().st_size > TLS_FILE_MAX:
+                problems.append(f"{name} names {path}, which is larger than 1 MiB: not {what}")
+                continue
+            text = read(path).decode("ascii", errors="replace")
+        except OSError as error:
+            problems.append(f"{name} names {path}, which cannot be read on the controller ({error.strerror})")
+            continue
+        if marker not in text:
+            problems.append(f"{name} names {path}, which does not hold {what}")
+    return problems

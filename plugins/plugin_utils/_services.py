@@ -13,39 +13,83 @@ from __future__ import annotations
 from . import _engine_data, _footprint
 
 
+def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
+    """vllm-router's command line: on loopback behind the front door, on the host's address without one."""
+    frontdoor = settings["vllm_omni_frontdoor_enabled"]
+    listen = ("127.0.0.1", settings["vllm_omni_router_backend_port"]) if frontdoor else (ip, settings["vllm_omni_router_port"])
+    argv = [
+        f"{venv}/bin/vllm-router", "--host", listen[0], "--port", str(listen[1]),
+        "--worker-urls", *worker_urls,
+        "--policy", settings["vllm_omni_router_policy"],
+        "--prometheus-host", ip, "--prometheus-port", str(settings["vllm_omni_router_metrics_port"]),
+        "--health-check-endpoint", "/health",
+        "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
+        "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
+        # The router starts after the pipelines are healthy; if one is down it still starts after
+        # this wait and its health checker keeps the dead pipeline out until it answers.
+        "--worker-startup-timeout-secs", "120",
+        "--worker-startup-check-interval", "2",
+        "--log-level", settings["vllm_omni_router_log_level"],
+    ]
+    retries = settings["vllm_omni_router_max_retries"]
+    argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
+    failures = settings["vllm_omni_router_cb_failure_threshold"]
+    argv += (["--cb-failure-threshold", str(failures),
+              "--cb-timeout-duration-secs", str(settings["vllm_omni_router_cb_timeout"])]
+             if failures else ["--disable-circuit-breaker"])
+    return argv
+
+
+def frontdoor_plan(settings: dict) -> dict:
+    """The TLS front door (nginx) of the router hosts: where its files go and where the certificate comes from.
+
+    ``ca``: the CA file on the router hosts that the collection's checks verify the door against (the
+    collection's own CA, or the operator's vllm_omni_tls_ca_file); None: the system's trust store.
+    """
+    enabled = settings["vllm_omni_frontdoor_enabled"]
+    provided = settings["vllm_omni_tls_cert_file"] is not None
+    ca_file = settings["vllm_omni_tls_ca_file"]
+    return {
+        "enabled": enabled,
+        "package": "nginx",
+        "service": _footprint.FRONTDOOR_UNIT,
+        "config": _footprint.FRONTDOOR_CONFIG,
+        # Debian's package enables a welcome page on port 80; the role takes that link away (see its README).
+        "distribution_site": _footprint.NGINX_DEFAULT_SITE,
+        "directory": _footprint.FRONTDOOR_DIR,
+        "api_keys": _footprint.FRONTDOOR_API_KEYS if settings["vllm_omni_api_key_required"] else None,
+        "certificate": _footprint.FRONTDOOR_CERT,
+        "certificate_key": _footprint.FRONTDOOR_CERT_KEY,
+        "ca": _footprint.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
+        "access_log": _footprint.FRONTDOOR_ACCESS_LOG,
+        # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
+        "tls": {"source": "provided" if provided else "generated", "cert_file": settings["vllm_omni_tls_cert_file"],
+                "key_file": settings["vllm_omni_tls_key_file"], "ca_file": ca_file} if enabled else None,
+    }
+
+
 def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
     version = _engine_data.companions()["vllm_router"]
     venv = f"{settings['vllm_omni_install_root']}/venvs/vllm-router-{version}"
     port, metrics = settings["vllm_omni_router_port"], settings["vllm_omni_router_metrics_port"]
+    frontdoor = frontdoor_plan(settings)
+    backend = settings["vllm_omni_router_backend_port"]
+    scheme = "https" if frontdoor["enabled"] else "http"
     per_host = {}
     for host in sorted(hosts):
         ip = ips[host]
-        argv = [
-            f"{venv}/bin/vllm-router", "--host", ip, "--port", str(port),
-            "--worker-urls", *worker_urls,
-            "--policy", settings["vllm_omni_router_policy"],
-            "--prometheus-host", ip, "--prometheus-port", str(metrics),
-            "--health-check-endpoint", "/health",
-            "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
-            "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
-            # The router starts after the pipelines are healthy; if one is down it still starts after
-            # this wait and its health checker keeps the dead pipeline out until it answers.
-            "--worker-startup-timeout-secs", "120",
-            "--worker-startup-check-interval", "2",
-            "--log-level", settings["vllm_omni_router_log_level"],
-        ]
-        retries = settings["vllm_omni_router_max_retries"]
-        argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
-        failures = settings["vllm_omni_router_cb_failure_threshold"]
-        argv += (["--cb-failure-threshold", str(failures),
-                  "--cb-timeout-duration-secs", str(settings["vllm_omni_router_cb_timeout"])]
-                 if failures else ["--disable-circuit-breaker"])
         per_host[host] = {
             "ip": ip,
-            "url": f"http://{ip}:{port}",
+            "url": f"{scheme}://{ip}:{port}",  # what clients use (the front door when there is one)
+            # vllm-router itself: its admin API (membership, drain) is reached from the router host only.
+            "admin_url": f"http://127.0.0.1:{backend}" if frontdoor["enabled"] else f"http://{ip}:{port}",
             "metrics_url": f"http://{ip}:{metrics}/metrics",
-            "argv": argv,
+            "argv": _router_argv(settings, venv, ip, worker_urls),
         }
+    listen = [{"service": "router", "purpose": "api", "first": port, "last": port},
+              {"service": "router", "purpose": "metrics", "first": metrics, "last": metrics}]
+    if frontdoor["enabled"]:
+        listen.append({"service": "router", "purpose": "backend", "first": backend, "last": backend, "loopback": True})
     return {
         "hosts": sorted(hosts),
         "defaulted": defaulted,
@@ -57,11 +101,11 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
         "metrics_port": metrics,
         "policy": settings["vllm_omni_router_policy"],
         "api_key_required": settings["vllm_omni_api_key_required"],
+        "request_timeout": settings["vllm_omni_router_request_timeout"],
+        "frontdoor": frontdoor,
         "worker_urls": list(worker_urls),
         "per_host": per_host,
-        "listen_ports": {host: [{"service": "router", "purpose": "api", "first": port, "last": port},
-                                {"service": "router", "purpose": "metrics", "first": metrics, "last": metrics}]
-                         for host in sorted(hosts)},
+        "listen_ports": {host: [dict(r) for r in listen] for host in sorted(hosts)},
     }
 
 

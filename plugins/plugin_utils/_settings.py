@@ -257,6 +257,16 @@ def check_model(value: Any, name: str) -> str:
     return model
 
 
+def check_controller_file(value: Any, name: str) -> str:
+    """A file on the controller (TLS material): an absolute plain path; the host-root rules do not apply."""
+    path = check_str(value, name, r"/[A-Za-z0-9._/@+-]{1,4095}", "an absolute path on the controller of letters, "
+                     "digits, . _ - + @ /", "/etc/ssl/vllm-omni/router.pem")
+    if "/../" in path + "/" or "/./" in path + "/" or "//" in path or path.endswith("/"):
+        raise SettingError(f"{show(value)} contains '..', '.' or '//' parts or ends with '/'",
+                           "write the plain absolute path of the file")
+    return path
+
+
 def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise SettingError(f"must be a list of {what}, got {type_name(value)} {show(value)}",
@@ -474,6 +484,31 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_router_cb_timeout", DEPLOYMENT, 30, "seconds",
             "How long an open circuit breaker keeps a pipeline out before probing it again.",
             lambda v, n: check_int(v, n, 1, 3600)),
+    Setting("vllm_omni_frontdoor_enabled", DEPLOYMENT, True, "bool",
+            "Put a TLS front door (nginx from the distribution) on each router host: it terminates TLS on "
+            "vllm_omni_router_port, checks the API key itself and forwards only the OpenAI routes (`/v1/...`) and "
+            "`/health`, `/readiness` to vllm-router, which then listens on loopback only "
+            "(vllm_omni_router_backend_port): its admin endpoints (`/add_worker`, `/remove_worker`, ...) are "
+            "unreachable from other hosts. false: vllm-router itself on vllm_omni_router_port, plain HTTP.",
+            check_bool),
+    Setting("vllm_omni_router_backend_port", DEPLOYMENT, 18000, "port",
+            "vllm-router's port on 127.0.0.1 behind the front door (only with vllm_omni_frontdoor_enabled).",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_tls_cert_file", DEPLOYMENT, None, "path (controller)",
+            "The front door's certificate (PEM, leaf first, then its intermediates) on the controller; with "
+            "vllm_omni_tls_key_file. It must name each router host's address (vllm_omni_ip) as an IP "
+            "subjectAltName for the collection's own checks, which connect by address. Unset: the collection makes "
+            "a CA and one certificate per router host on the controller ($VLLM_OMNI_CACHE/tls/; clients trust that "
+            "CA's ca.pem, which make demo prints).",
+            check_controller_file, default_doc="a certificate from the collection's own CA"),
+    Setting("vllm_omni_tls_key_file", DEPLOYMENT, None, "path (controller)",
+            "The private key of vllm_omni_tls_cert_file on the controller (PEM). Copied to the router hosts, "
+            "0640 root:www-data (nginx's workers).",
+            check_controller_file, default_doc="see vllm_omni_tls_cert_file"),
+    Setting("vllm_omni_tls_ca_file", DEPLOYMENT, None, "path (controller)",
+            "The CA (PEM) that issued vllm_omni_tls_cert_file, if clients do not already trust it (a private CA). "
+            "The collection's checks verify the front door against it; unset: against the system's trust store.",
+            check_controller_file, default_doc="the system's trust store"),
     Setting("vllm_omni_router_log_level", DEPLOYMENT, "info", "string",
             "Log level of the router process: debug, info, warning or error.",
             lambda v, n: check_choice(v, n, ("debug", "info", "warning", "error"))),
@@ -492,7 +527,8 @@ SETTINGS: tuple[Setting, ...] = (
             check_bool),
     Setting("vllm_omni_router_client_cidrs", DEPLOYMENT, [], "list of networks",
             "Client networks allowed to reach the router's API port (besides the inventory hosts). Empty: only "
-            "the inventory hosts can. The router's admin endpoints share that port and have no authentication.",
+            "the inventory hosts can. Behind the front door (the default) that port serves the OpenAI routes only; "
+            "without it (vllm_omni_frontdoor_enabled: false) vllm-router's unauthenticated admin endpoints share it.",
             check_cidr_list),
     Setting("vllm_omni_monitoring_client_cidrs", DEPLOYMENT, [], "list of networks",
             "Networks allowed to reach Prometheus (and the router's metrics port) besides the inventory hosts.",

@@ -118,6 +118,41 @@ def deployment_settings(engine_hosts: list[str], hostvars: dict, problems: Probl
     return values, sources
 
 
+# Host settings only an engine host reads (GPUs, pipeline count); a service-only host's vllm_omni_ip is read.
+ENGINE_HOST_SETTINGS = ("vllm_omni_gpus", "vllm_omni_pipelines_per_host")
+
+
+def check_service_host_settings(service_hosts: list[str], hostvars: dict, settings: dict,
+                                problems: Problems) -> list[str]:
+    """Settings on hosts that run services but no pipeline; returns warnings.
+
+    Deployment settings are read from the engine hosts: a router-only host that sets one to another
+    value (``host_vars/edge.yml: vllm_omni_router_port: 9000``) would be ignored without a word, so it is
+    refused. The same value (``group_vars/all``) is fine. Engine-host settings there are only warned about.
+    """
+    warnings = []
+    for host in service_hosts:
+        variables = hostvars.get(host, {})
+        for setting in SETTINGS:
+            if setting.scope != DEPLOYMENT or setting.name not in variables:
+                continue
+            try:
+                value = setting.validate(variables[setting.name])
+            except SettingError as error:
+                problems.setting(host_where(host), setting.name, error)
+                continue
+            if value != settings[setting.name]:
+                problems.add(host_where(host), setting.name,
+                             f"is {show(value)} here, but deployment settings are read from the engine hosts "
+                             f"(group {ENGINE_GROUP}), where it is {show(settings[setting.name])}: this value would "
+                             "be ignored", f"set it once for the deployment (group_vars/all.yml or group_vars/"
+                             f"{ENGINE_GROUP}.yml) and remove it from {host}'s variables")
+        unread = [name for name in ENGINE_HOST_SETTINGS if name in variables]
+        if unread:
+            warnings.append(f"host {host} runs no pipeline, so {', '.join(unread)} is not read there")
+    return warnings
+
+
 def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
     """The deployment-wide checks that need valid deployment settings, and the context they establish."""
     engine = check_version_layout(settings, problems)
@@ -130,7 +165,24 @@ def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
         check_gpu_memory(context, problems)
     check_rdma_devices(settings, problems)
     check_roots(settings, problems)
+    check_tls(settings, problems)
     return context
+
+
+def check_tls(settings: dict, problems: Problems) -> None:
+    cert, key = settings["vllm_omni_tls_cert_file"], settings["vllm_omni_tls_key_file"]
+    if (cert is None) != (key is None):
+        given, missing = ("vllm_omni_tls_cert_file", "vllm_omni_tls_key_file") if key is None else \
+            ("vllm_omni_tls_key_file", "vllm_omni_tls_cert_file")
+        problems.add(ALL_HOSTS, missing, f"is not set, but {given} is: the front door needs both",
+                     f"set {missing} too, or neither (the collection then makes its own CA)")
+    elif cert is not None and not settings["vllm_omni_frontdoor_enabled"]:
+        problems.add(ALL_HOSTS, "vllm_omni_tls_cert_file", "is set, but vllm_omni_frontdoor_enabled is false, so "
+                     "nothing would use it", "set vllm_omni_frontdoor_enabled: true, or remove the TLS settings")
+    elif settings["vllm_omni_tls_ca_file"] is not None and cert is None:
+        problems.add(ALL_HOSTS, "vllm_omni_tls_ca_file", "is set without vllm_omni_tls_cert_file: the collection's "
+                     "own CA signs the certificates it makes", "set vllm_omni_tls_cert_file and vllm_omni_tls_key_file "
+                     "too, or remove vllm_omni_tls_ca_file")
 
 
 def check_roots(settings: dict, problems: Problems) -> None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Print the demo's router URL and served model name, from the plan of the lab + demo inventories."""
+"""Print the demo's router URL, served model name and the CA file clients trust, from the plan of the lab
++ demo inventories (the front door's CA is the collection's own, on this controller)."""
 
 import sys
 from pathlib import Path
@@ -9,9 +10,10 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / ".collection")]
 
 from testlib import load_ansible_inventory
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _tls
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 
 plan = build_plan(load_ansible_inventory([REPO / "inventories/lab/hosts.yml", REPO / "tests/lab/demo/hosts.yml"]),
                   discovery_pending=True)
 router = plan["router"]["per_host"][plan["router"]["hosts"][0]]["url"]
-print(router, plan["served_model_name"])
+print(router, plan["served_model_name"], _tls.controller_dir() / "ca.pem")

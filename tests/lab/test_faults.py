@@ -28,7 +28,9 @@ def record(name: str, **measured) -> None:
     found = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
     found[name] = {**measured, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     REPORT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
-ROUTER = "http://10.77.0.11:8000"
+ROUTER = "https://10.77.0.11:8000"  # the front door (TLS, key checked); vllm-router itself is on loopback
+ROUTER_ADMIN = "http://127.0.0.1:18000"  # vllm-router's own API, from lab-1 only
+CA_FILE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve") / "tls" / "ca.pem"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 
@@ -40,7 +42,7 @@ class Load:
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), ROUTER, "--requests", "100000",
              "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--key-file", str(KEY_FILE),
-             "--json"], stdout=subprocess.PIPE, text=True)
+             "--ca-file", str(CA_FILE), "--json"], stdout=subprocess.PIPE, text=True)
         time.sleep(2)
 
     def report(self) -> dict:
@@ -85,7 +87,7 @@ def test_rolling_upgrade_under_load_drops_no_request(two_hosts):
     for (host, pipeline), when in before.items():
         assert env_mark(host, pipeline) == 'ROLLOUT_MARK="1"'
         assert started_at(host, f"vllm-omni@{pipeline}") != when, f"{host}/{pipeline} was not restarted"
-    assert json.loads(on("lab-1", f"curl -s {ROUTER}/list_workers"))["urls"].__len__() == 3
+    assert json.loads(on("lab-1", f"curl -s {ROUTER_ADMIN}/list_workers"))["urls"].__len__() == 3
     record("rolling_upgrade", seconds=round(seconds, 1), load=report)
     assert "Upgrade | drain" in result.stdout
 
@@ -103,7 +105,7 @@ def test_failed_upgrade_restores_the_pipeline_and_stops_the_rollout(two_hosts):
     assert env_mark("lab-1", "omni0") == 'ROLLOUT_MARK="1"'
     assert env_mark("lab-1", "omni1") == 'ROLLOUT_MARK="1"' and env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="1"'
     assert on("lab-1", "systemctl is-active vllm-omni@omni0").strip() == "active"
-    assert len(json.loads(on("lab-1", f"curl -s {ROUTER}/list_workers"))["urls"]) == 3
+    assert len(json.loads(on("lab-1", f"curl -s {ROUTER_ADMIN}/list_workers"))["urls"]) == 3
 
 
 def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):

@@ -68,6 +68,11 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
     for host, footprint in plan["footprint"].items():
         for entry in footprint["files"]:
             text = host_file(host, entry["path"])
+            if entry["render"] is None:  # a secret or TLS material: made on the host or the controller, not rendered
+                assert text, f"{host}:{entry['path']} is missing or empty"
+                assert KEY not in text or entry["secrets"], f"{host}:{entry['path']} holds the key but is not a secret file"
+                assert stat(host, entry["path"]) == f"{entry['owner']}:{entry['group']} {entry['mode'].lstrip('0')}"
+                continue
             want = (rendered / entry["render"]).read_text()
             got = strip_secrets(text) if entry["secrets"] else text
             assert got == want, f"{host}:{entry['path']} differs from the render's {entry['render']}"
@@ -87,8 +92,10 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
         record = json.loads(host_file(host, plan["paths"]["footprint_record"]))
         assert record == footprint, f"{host}: the footprint record differs from the plan"
         # Nothing of ours beyond the footprint: units named like ours, files in the unit and config dirs.
-        ours = set(on(host, "systemctl list-unit-files --no-legend --plain 'vllm-omni*' 'mooncake-master*' "
-                            "| awk '{print $1}'").split())
+        # list-unit-files shows unit files (a template, not its enabled instances); list-units the loaded ones.
+        patterns = "'vllm-omni*' 'mooncake-master*'"
+        ours = set(on(host, f"{{ systemctl list-unit-files --no-legend --plain {patterns}; "
+                            f"systemctl list-units --all --no-legend --plain {patterns}; }} | awk '{{print $1}}'").split())
         planned = {u["name"] for u in footprint["units"]} | (
             {"vllm-omni@.service"} if any(u["component"] == "engine" for u in footprint["units"]) else set())
         assert ours == planned, f"{host}: units {sorted(ours - planned)} are not in the footprint"
@@ -97,7 +104,10 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
         listed = {e["path"] for e in footprint["files"]}
         assert files_here <= listed, f"{host}: {sorted(files_here - listed)} are not in the footprint"
 
-    playbook("uninstall.yml", inventory_dir)
+    # No vault needed to take a deployment away: the key is blanked and uninstall still runs.
+    playbook("uninstall.yml", inventory_dir, "-e", "vllm_omni_api_key=")
+    # The front door's site went with it: nginx (the distribution's, it stays) no longer holds the router port.
+    assert ":8000 " not in on("lab-2", "ss -H -ltn"), on("lab-2", "ss -H -ltnp")
     for host, footprint in plan["footprint"].items():
         kept = {d["path"] for d in footprint["directories"] if d["remove"] == "never"}
         kept |= {a["home"] for a in footprint["accounts"]}

@@ -128,7 +128,7 @@ def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tm
     assert started_at(one_host, "vllm-omni@omni0") == before["vllm-omni@omni0"]
     # Membership is live (/remove_worker): the router keeps running and serving omni0.
     assert started_at(one_host, "vllm-omni-router") == router_before
-    workers = json.loads(on(one_host, "curl -s http://10.77.0.11:8000/list_workers"))["urls"]
+    workers = json.loads(on(one_host, "curl -s http://127.0.0.1:18000/list_workers"))["urls"]  # vllm-router's own API
     assert workers == ["http://10.77.0.11:8091"]
 
 

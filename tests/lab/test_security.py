@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -54,9 +55,22 @@ def reaches(source: str, address: str, port: int) -> bool:
     return on(source, f"python3 -c \"{probe}\"").startswith("OPEN")
 
 
-def controller_get(url: str) -> int:
+CA_FILE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve") / "tls" / "ca.pem"
+FRONT_DOOR = "https://10.77.0.11:8000"
+
+
+def tls() -> ssl.SSLContext:
+    """What a client of the deployment trusts: the collection's CA (make demo prints its path)."""
+    return ssl.create_default_context(cafile=str(CA_FILE))
+
+
+def controller_get(url: str, key: str | None = None, method: str = "GET", body: dict | None = None) -> int:
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,  # noqa: S310
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
     try:
-        with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 - lab address
+        with urllib.request.urlopen(request, timeout=5,  # noqa: S310 - lab address
+                                    context=tls() if url.startswith("https") else None) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -79,10 +93,64 @@ def test_engine_bootstrap_and_mooncake_ports_answer_peers_only(deployed):
 
 
 def test_router_port_answers_configured_clients_and_peers_only(deployed):
-    assert controller_get("http://10.77.0.11:8000/health") == 200  # the controller is a configured client
+    assert controller_get(f"{FRONT_DOOR}/health") == 200  # the controller is a configured client
     assert controller_get("http://10.77.0.11:8091/health") == 0  # but not a peer: the engine stays closed
     assert reaches("lab-2", ENGINES["lab-1"], 8000)
     assert not reaches(OUTSIDER, ENGINES["lab-1"], 8000)
+
+
+CHAT = {"model": "qwen3-omni", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def front_door_log() -> list[str]:
+    return on("lab-1", "cat /var/log/nginx/vllm-omni.access.log").splitlines()
+
+
+def test_the_front_door_speaks_tls_checks_the_key_and_hides_the_routers_admin_api(deployed):
+    """From the controller, a client inside the client networks, and the outsider (not in any list)."""
+    # Plain HTTP to the TLS port fails (nginx answers 400, "plain HTTP request was sent to HTTPS port").
+    assert controller_get("http://10.77.0.11:8000/v1/chat/completions", KEY, "POST", CHAT) == 400
+    # No key, a wrong key: refused at the door, and the router never saw them (no upstream in the log).
+    before = len(front_door_log())
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", None, "POST", CHAT) == 401
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", "x" * 32, "POST", CHAT) == 401
+    # nginx matches plain map strings ignoring case: the key in other case must still be refused.
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY.upper(), "POST", CHAT) == 401
+    refused = front_door_log()[before:]
+    assert len(refused) == 3 and all(" 401 " in line and "upstream=- " in line for line in refused), refused
+    # The right key over TLS: a completion, through the door to the router.
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY, "POST", CHAT) == 200
+    assert "upstream=127.0.0.1:18000" in front_door_log()[-1]
+    # vllm-router's admin API is not there at the door, and its own port is loopback only.
+    for path in ("/add_worker?url=http://10.77.0.13:1", "/remove_worker?url=http://10.77.0.11:8091", "/list_workers",
+                 "/workers"):
+        assert controller_get(f"{FRONT_DOOR}{path}", KEY, "POST") == 404, path
+    # Nor through /v1/ with dot segments, encoded dots or doubled slashes (sent as they are, unnormalised).
+    for path in ("/v1/../list_workers", "/v1/%2e%2e/list_workers", "/v1//models"):
+        status = on("lab-2", f"curl -s -o /dev/null -w '%{{http_code}}' --path-as-is -k -H 'Authorization: Bearer {KEY}' "
+                             f"{FRONT_DOOR}{path}")
+        assert status == "404", (path, status)
+    assert not reaches("lab-2", ENGINES["lab-1"], 18000)  # even a peer: vllm-router listens on 127.0.0.1
+    assert "127.0.0.1:18000" in on("lab-1", "ss -H -ltn") and "0.0.0.0:18000" not in on("lab-1", "ss -H -ltn")
+    # The client reaches the door and nothing behind it: engines, bootstrap, Mooncake, the router's own port.
+    for port in (8091, 8998, 16000, 18000, 50051):
+        assert controller_get(f"http://10.77.0.11:{port}/health") == 0, port
+    # The key never lands in the door's log.
+    assert KEY not in on("lab-1", "cat /var/log/nginx/vllm-omni.access.log /var/log/nginx/error.log")
+
+
+def test_the_front_door_turned_off_and_on_again(deployed):
+    """Off: vllm-router itself takes the port, in plain HTTP (and says so); on again: TLS and loopback."""
+    playbook("deploy.yml", inventory(deployed, vllm_omni_frontdoor_enabled=False))
+    try:
+        listening = on("lab-1", "ss -H -ltnp")
+        assert "10.77.0.11:8000" in listening and "vllm" in listening.split("10.77.0.11:8000")[1].split("\n")[0]
+        assert controller_get("http://10.77.0.11:8000/health") == 200
+        assert on("lab-1", "test -e /etc/nginx/conf.d/vllm-omni.conf || echo gone").strip() == "gone"
+    finally:
+        playbook("deploy.yml", inventory(deployed))
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY, "POST", CHAT) == 200
+    assert "127.0.0.1:18000" in on("lab-1", "ss -H -ltn")
 
 
 def test_the_table_comes_back_when_nftables_service_reloads_restarts_or_stops(deployed):
@@ -140,13 +208,7 @@ def test_units_are_sandboxed_and_everything_still_serves(deployed):
     REPORTS.mkdir(parents=True, exist_ok=True)
     (REPORTS / "security-exposure.json").write_text(json.dumps(exposure, indent=1, sort_keys=True) + "\n")
     # And they still serve: a real chat completion through the router, from a configured client.
-    request = urllib.request.Request(
-        "http://10.77.0.11:8000/v1/chat/completions", method="POST",
-        data=json.dumps({"model": "qwen3-omni", "messages": [{"role": "user", "content": "hi"}],
-                         "max_tokens": 8}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - lab address
-        assert json.loads(response.read())["choices"][0]["message"]["content"]
+    assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY, "POST", CHAT) == 200
     assert "ok" in on("lab-1", "curl -s http://10.77.0.11:9003/health")
 
 

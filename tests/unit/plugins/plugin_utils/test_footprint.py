@@ -43,6 +43,12 @@ def test_the_render_holds_every_file_a_deploy_installs(plan):
         paths = [entry["path"] for entry in footprint["files"]]
         assert len(paths) == len(set(paths)), f"{host}: two files share a path"
         for entry in footprint["files"]:
+            if entry["render"] is None:
+                # Secrets and TLS material: made on the host or the controller, never in a render.
+                frontdoor = plan["router"]["frontdoor"]
+                assert entry["path"] in {frontdoor["api_keys"], frontdoor["certificate"],
+                                         frontdoor["certificate_key"], frontdoor["ca"]}, entry
+                continue
             assert entry["render"] in tree, f"{host}: {entry['path']} ({entry['render']}) is not in the render"
 
 
@@ -52,7 +58,7 @@ def test_one_hosts_files_are_the_renders_texts(plan):
         sliced = _footprint.host_slice(plan, host)
         files = _render.host_files(sliced, host)
         assert files == {key: tree[key] for key in files}
-        assert set(files) == {e["render"] for e in plan["footprint"][host]["files"]}
+        assert set(files) == {e["render"] for e in plan["footprint"][host]["files"] if e["render"]}
 
 
 def test_a_host_slice_does_not_carry_other_hosts(plan):
@@ -72,8 +78,10 @@ def test_units_are_rendered_from_the_plan(plan):
     assert "--log-level info" in router and "User=vllm-omni-router" in router
     assert tree["edge-1/router/argv-shape.json"].count("--worker-urls") == 1
     assert "10.0.0.11:8091" not in tree["edge-1/router/argv-shape.json"]  # workers change live, not by restart
-    # The router, metrics, Prometheus and master ports of edge-1, reserved from the ephemeral range.
-    assert "net.ipv4.ip_local_reserved_ports = 8000,9003,9090,29000,50051\n" in tree["edge-1/sysctl/60-vllm-omni-mooncake.conf"]
+    # The front door, router backend (loopback), metrics, Prometheus and master ports of edge-1, reserved
+    # from the ephemeral range: an outgoing connection must never take one before its service binds it.
+    sysctl = tree["edge-1/sysctl/60-vllm-omni-mooncake.conf"]
+    assert "net.ipv4.ip_local_reserved_ports = 8000,9003,9090,18000,29000,50051\n" in sysctl
 
 
 def test_prune_takes_away_what_the_record_has_and_the_plan_does_not(plan):

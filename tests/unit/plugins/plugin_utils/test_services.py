@@ -23,12 +23,24 @@ def test_router_fronts_every_pipeline_of_every_host():
     router = plan["router"]
     assert router["hosts"] == ["edge"] and router["defaulted"] is False
     argv = router["per_host"]["edge"]["argv"]
-    assert argv[:5] == ["/opt/vllm-omni/venvs/vllm-router-0.1.17/bin/vllm-router", "--host", "10.0.0.5", "--port", "8000"]
+    # Behind the front door (on by default): vllm-router on loopback, nginx on the router port.
+    assert argv[:5] == ["/opt/vllm-omni/venvs/vllm-router-0.1.17/bin/vllm-router", "--host", "127.0.0.1", "--port",
+                        "18000"]
     urls = argv[argv.index("--worker-urls") + 1:argv.index("--policy")]
     assert urls == ["http://10.0.0.11:8091", "http://10.0.0.11:8092", "http://10.0.0.12:8091"] == plan["worker_urls"]
     assert argv[argv.index("--prometheus-host") + 1] == "10.0.0.5"
     assert "--retry-max-retries" in argv and "--cb-failure-threshold" in argv
-    assert router["per_host"]["edge"]["url"] == "http://10.0.0.5:8000"
+    assert router["per_host"]["edge"]["url"] == "https://10.0.0.5:8000"
+    assert router["per_host"]["edge"]["admin_url"] == "http://127.0.0.1:18000"
+
+
+def test_without_the_front_door_the_router_listens_on_its_address_in_plain_http():
+    router = build_plan(two_hosts_and_router(vllm_omni_frontdoor_enabled=False))["router"]
+    argv = router["per_host"]["edge"]["argv"]
+    assert argv[1:5] == ["--host", "10.0.0.5", "--port", "8000"]
+    assert router["per_host"]["edge"]["url"] == router["per_host"]["edge"]["admin_url"] == "http://10.0.0.5:8000"
+    assert router["frontdoor"]["enabled"] is False and router["frontdoor"]["tls"] is None
+    assert all(r["purpose"] != "backend" for r in router["listen_ports"]["edge"])
 
 
 def test_router_retries_and_breaker_can_be_turned_off():

@@ -188,6 +188,10 @@ def _exposure_warnings(settings: dict) -> list[str]:
     if not settings["vllm_omni_firewall_enabled"]:
         warnings.append("vllm_omni_firewall_enabled is false: engine API, bootstrap and Mooncake ports accept "
                         "connections from anywhere the network lets through")
+    if not settings["vllm_omni_frontdoor_enabled"]:
+        warnings.append("vllm_omni_frontdoor_enabled is false: clients reach vllm-router in plain HTTP (the key in "
+                        "clear), and its unauthenticated admin endpoints (/add_worker, /remove_worker) share the "
+                        "router port: keep vllm_omni_router_client_cidrs to networks you trust")
     for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
         everyone = [n for n in settings[name] if n in ("0.0.0.0/0", "::/0")]
         if everyone:

@@ -41,6 +41,8 @@ def test_without_the_front_door_the_router_listens_on_its_address_in_plain_http(
     assert router["per_host"]["edge"]["url"] == router["per_host"]["edge"]["admin_url"] == "http://10.0.0.5:8000"
     assert router["frontdoor"]["enabled"] is False and router["frontdoor"]["tls"] is None
     assert all(r["purpose"] != "backend" for r in router["listen_ports"]["edge"])
+    warnings = build_plan(two_hosts_and_router(vllm_omni_frontdoor_enabled=False))["warnings"]
+    assert any("vllm_omni_frontdoor_enabled is false" in w and "plain HTTP" in w for w in warnings)
 
 
 def test_router_retries_and_breaker_can_be_turned_off():

@@ -47,6 +47,8 @@ options:
   expected_pd:
     description: C(pair) (prefill and decode stage ids) and C(bootstrap) (C(kv_ip:port)) the engine must
       detect; C(pair) null when the file must not be a prefill/decode pipeline. Omit to skip the comparison.
+      C(orchestrator) false (a headless stage of a distributed pipeline) skips the check of the address the
+      orchestrator would hand decode from the environment; C(kv_connector) names the class both stages must load.
     type: dict
   timeout:
     description: Seconds the engine may take to import and resolve.

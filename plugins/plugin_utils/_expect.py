@@ -24,5 +24,7 @@ def expected_pd(pipeline: dict, plan: dict) -> dict:
     kv = pipeline["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"]
     # The class vLLM's KVConnectorFactory must load for both PD stages.
     connector = f"{kv.get('kv_connector_module_path') or KV_CONNECTOR_MODULE}.{kv['kv_connector']}"
-    return {"pair": [0, 1], "bootstrap": f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}",
-            "kv_connector": connector}
+    # A distributed process's config names the prefill engine it refers to (its own, or the head's).
+    bootstrap = pipeline.get("pd_bootstrap") or f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
+    return {"pair": [0, 1], "bootstrap": bootstrap, "kv_connector": connector,
+            "orchestrator": pipeline.get("process", "single") != "headless"}

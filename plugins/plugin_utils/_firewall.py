@@ -63,8 +63,15 @@ RENDER_RULESET_FILE = "firewall.nft"
 RENDER_PEERS_FILE = "firewall/peers.nft"
 
 
-def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict[str, str | None]) -> dict:
-    """The firewall section of the plan: per host, each planned port range and who may reach it."""
+def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict[str, str | None],
+                  pipeline_hosts: dict[str, list[str]] | None = None) -> dict:
+    """The firewall section of the plan: per host, each planned port range and who may reach it.
+
+    A range that belongs to a distributed pipeline (its stage master, ZMQ, bootstrap and Mooncake
+    ports; ``pipeline``) opens to that pipeline's hosts only (``pipeline_hosts``: key -> hosts), not to
+    every inventory peer: the head's API port stays open to the peers (the router).
+    """
+    pipeline_hosts = pipeline_hosts or {}
     base = {"enabled": settings["vllm_omni_firewall_enabled"], "table": TABLE, "unit": UNIT,
             "ruleset_file": RULESET_FILE, "peers_file": PEERS_FILE}
     if not base["enabled"]:
@@ -73,15 +80,21 @@ def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict
     peers = sorted({ip for ip in ips.values() if ip is not None}, key=ipaddress.ip_address)
     per_host = {}
     for host, ranges in sorted(listen_ports.items()):
-        rules = []
+        rules, pipelines = [], {}
         for r in ranges:
             if r.get("loopback"):  # bound to 127.0.0.1: no other host can reach it, no rule needed
                 continue
             setting = CLIENT_PORTS.get((r["service"], r["purpose"]))
             clients = list(settings[setting]) if setting else []
-            rules.append({"service": r["service"], "purpose": r["purpose"], "ports": _ports(r["first"], r["last"]),
-                          "clients": clients, "clients_from": setting})
-        per_host[host] = {"rules": rules}
+            rule = {"service": r["service"], "purpose": r["purpose"], "ports": _ports(r["first"], r["last"]),
+                    "clients": clients, "clients_from": setting}
+            if "pipeline" in r:
+                key = r["pipeline"]
+                pipelines[key] = sorted({ips[h] for h in pipeline_hosts.get(key, [host]) if ips.get(h)},
+                                        key=ipaddress.ip_address)
+                rule["pipeline"] = key
+            rules.append(rule)
+        per_host[host] = {"rules": rules, **({"pipeline_peers": dict(sorted(pipelines.items()))} if pipelines else {})}
     return {**base, "peers": peers, "per_host": per_host}
 
 
@@ -134,6 +147,13 @@ def ruleset_text(plan: dict, host: str) -> str:
     for rule in rules:
         if rule["clients_from"] and rule["clients"]:
             named[rule["clients_from"]] = rule["clients"]
+    pipeline_sets = {key: f"pipeline_peers_{n}" for n, key in enumerate(firewall["per_host"].get(host, {})
+                                                                         .get("pipeline_peers", {}))}
+    for key, set_name in pipeline_sets.items():
+        addresses = firewall["per_host"][host]["pipeline_peers"][key]
+        lines += [f"  # the hosts of distributed pipeline {key}",
+                  f"  set {set_name} {{", "    type ipv4_addr; flags interval;",
+                  *([f"    elements = {_set(addresses)}"] if addresses else []), "  }"]
     for setting, networks in sorted(named.items()):
         v4, v6 = _split(tuple(networks))
         short = setting.removeprefix("vllm_omni_")
@@ -142,7 +162,7 @@ def ruleset_text(plan: dict, host: str) -> str:
                 lines += [f"  set {short}_{family} {{",
                           f"    type {'ipv4_addr' if family == 'v4' else 'ipv6_addr'}; flags interval;",
                           f"    elements = {_set(values)}", "  }"]
-    if named:
+    if named or pipeline_sets:
         lines.append("")
     lines += [
         "  chain input {",
@@ -153,6 +173,12 @@ def ruleset_text(plan: dict, host: str) -> str:
     ]
     for rule in rules:
         label = f"{rule['service']} {rule['purpose']}"
+        if "pipeline" in rule:
+            lines.append(f"    # {label} (distributed pipeline {rule['pipeline']}: its hosts only)")
+            lines.append(f"    tcp dport {rule['ports']} ip saddr @{pipeline_sets[rule['pipeline']]} accept")
+            lines.append(f'    tcp dport {rule["ports"]} counter drop comment "vllm-omni: {label}, not a host of '
+                         f'the pipeline"')
+            continue
         lines.append(f"    # {label}")
         lines.append(f"    tcp dport {rule['ports']} ip saddr @{PEER_SET} accept")
         if rule["clients_from"] and rule["clients"]:

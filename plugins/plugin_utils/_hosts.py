@@ -256,6 +256,12 @@ class HostPlan:
     count_source: str
     ip_source: str
     facts: dict | None  # GPU discovery's facts; None where vllm_omni_gpus alone says which GPUs
+    span_group: str = "all"  # vllm_omni_span_group: who this host pools spare GPUs with
+
+    @property
+    def offers_spare(self) -> bool:
+        """GPUs left over after whole pipelines may serve spanning pipelines (vllm_omni_pipelines_per_host auto)."""
+        return self.wanted == "auto"
 
 
 def engine_host_plans(deployment: Deployment, groups: HostGroups, hostvars: dict, discovery_pending: bool,
@@ -280,11 +286,14 @@ def _engine_host(host: str, variables: dict, facts: dict | None, deployment: Dep
     if found is None or wanted is None:
         return None
     count = _pipeline_count(host, found, wanted, deployment, problems)
-    if count is None or not _ports_fit(host, count, deployment.settings, groups, problems):
+    if count is None or not _ports_fit(host, _most_processes(found.gpus, count, wanted, deployment), deployment,
+                                       groups, problems):
         return None
+    group, _ = host_value(host, variables, "vllm_omni_span_group", problems)
     return HostPlan(gpus=found.gpus, gpu_source=found.source, skipped=found.skipped, count=count, wanted=wanted,
                     count_source=wanted_source, ip_source="inventory" if "vllm_omni_ip" in variables else "ansible_host",
-                    facts=facts)
+                    facts=facts, span_group=group or "all")
+
 
 
 def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: Deployment,
@@ -292,6 +301,8 @@ def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: D
     """How many pipelines the host runs: as many as fit for "auto", else ``wanted`` if that many fit."""
     gpus, per_pipeline, formula, layout = found.gpus, deployment.gpus_per_pipeline, deployment.gpu_formula, deployment.layout
     fits = len(gpus) // per_pipeline
+    if fits == 0 and wanted == "auto" and deployment.spanning:
+        return 0  # every GPU is spare: pipelines spanning hosts may use them (the planner says if none does)
     if fits == 0:
         plural = "s" if len(gpus) != 1 else ""
         if found.source == "discovered":
@@ -316,16 +327,27 @@ def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: D
     return count
 
 
+def _most_processes(gpus: list[int], count: int, wanted: int | str, deployment: Deployment) -> int:
+    """Engine processes the host may run: its whole pipelines' and one per spare TP group (spanning)."""
+    per_pipeline = sum(deployment.replicas.values()) if deployment.replicated else 1
+    spare = len(gpus) - count * deployment.gpus_per_pipeline if deployment.spanning and wanted == "auto" else 0
+    return count * per_pipeline + spare // deployment.tp
+
+
 def _service_ranges(host: str, settings: dict, groups: HostGroups) -> list[_ports.Range]:
     return _ports.service_ranges(settings, host in groups.router_hosts, host in groups.master_hosts,
                                  host in groups.monitoring_hosts)
 
 
-def _ports_fit(host: str, count: int, settings: dict, groups: HostGroups, problems: Problems) -> bool:
-    """The ports of ``count`` pipelines and of the host's services, apart from each other."""
-    layout = settings["vllm_omni_layout"]
-    ranges = _ports.engine_ranges(count, settings, layout) + _service_ranges(host, settings, groups)
+def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups, problems: Problems) -> bool:
+    """The ports of ``count`` engine processes and of the host's services, apart from each other."""
+    settings, layout = deployment.settings, deployment.layout
+    distributed = deployment.replicated or deployment.spanning
+    ranges = (_ports.engine_ranges(count, settings, layout, distributed and count > 0)
+              + _service_ranges(host, settings, groups))
     if not _ports.check_ports(host, ranges, problems, count):
+        return False
+    if distributed and count and not _ports.check_zmq_slices(host, count, settings, problems):
         return False
     return layout != "pd" or _ports.check_mooncake_slices(host, count, settings, problems)
 
@@ -379,7 +401,8 @@ def host_section(host: str, ip: str, host_plan: HostPlan | None, pipelines: list
         "gpus_per_pipeline": per_pipeline,
         "unused_gpus": unused,
         "pipelines": pipelines,
-        "listen_ports": _ports.listen_ports(pipelines, deployment.layout),
+        "listen_ports": _ports.listen_ports(pipelines, deployment.layout,
+                                            stand_in=deployment.settings["vllm_omni_engine_backend"] == "simulator"),
         "settings": {
             "vllm_omni_gpus": {"value": gpus, "source": "inventory"},
             "vllm_omni_pipelines_per_host": {"value": host_plan.wanted, "source": host_plan.count_source},

@@ -30,6 +30,8 @@ def targets(plan: dict) -> dict[str, list[dict]]:
     engines = []
     for host, host_plan in plan["hosts"].items():
         for pipeline in host_plan["pipelines"]:
+            if not pipeline["url"]:  # a headless engine serves no HTTP (its head reports the pipeline's metrics)
+                continue
             engines.append({"targets": [_hostport(pipeline["url"])],
                             "labels": {"host": host, "pipeline": pipeline["name"], "backend": backend,
                                        "gpus": ",".join(map(str, pipeline["gpus"])),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from . import _engine_data, _footprint, _placement, _stage_config
+from . import _distributed, _engine_data, _footprint, _placement, _stage_config
 from ._engine_data import EngineVersion
 
 # Unit names and paths belong to _footprint; kept importable here for older callers.
@@ -29,7 +29,7 @@ PIPELINE_DROPIN = _footprint.PIPELINE_DROPIN
 OWNED_ENV = frozenset({
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
     "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "HF_HOME", "HF_HUB_OFFLINE",
-    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN",
+    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT",
 })
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
@@ -70,13 +70,40 @@ class Deployment:
         return self.settings["vllm_omni_served_model_name"] or self.settings["vllm_omni_model"]
 
     @cached_property
+    def replicas(self) -> dict[str, int]:
+        """Engines per thinker stage of a pd pipeline (xPyD); {} for aggregated."""
+        if self.layout != "pd":
+            return {}
+        return {"prefill": self.settings["vllm_omni_prefill_replicas"], "decode": self.settings["vllm_omni_decode_replicas"]}
+
+    @cached_property
+    def distributable(self) -> bool:
+        """Whether a pipeline's stages may run as processes of their own (head + headless): text-out pd only.
+
+        vLLM-Omni 0.26 hands decode's output to the talker through host shared memory, so audio
+        pipelines keep every stage in one process; shared GPUs need one process per GPU.
+        """
+        return self.layout == "pd" and not self.audio and not self.share
+
+    @cached_property
+    def replicated(self) -> bool:
+        """More than one engine for a thinker stage: every pipeline is distributed, also on one host."""
+        return any(count > 1 for count in self.replicas.values())
+
+    @cached_property
+    def spanning(self) -> bool:
+        """Spare GPUs of several hosts may make a pipeline (vllm_omni_span_hosts, and a layout that can split)."""
+        return self.distributable and self.settings["vllm_omni_span_hosts"]
+
+    @cached_property
     def gpus_per_pipeline(self) -> int:
         # Shared: every stage on the one TP group. Otherwise
-        # pd: prefill TP + decode TP (+ one GPU shared by talker and code2wav);
+        # pd: each prefill and decode engine a TP group (+ one GPU shared by talker and code2wav);
         # aggregated: thinker TP (+ one GPU shared by talker and code2wav: the engine's own layout).
         if self.share:
             return self.tp
-        return (2 * self.tp if self.layout == "pd" else self.tp) + (1 if self.audio else 0)
+        thinkers = sum(self.replicas.values()) if self.layout == "pd" else 1
+        return thinkers * self.tp + (1 if self.audio else 0)
 
     @cached_property
     def gpu_formula(self) -> str:
@@ -85,7 +112,10 @@ class Deployment:
             return f"every stage shares one TP {self.tp} GPU group"
         talker = " + 1 for talker/code2wav" if self.audio else ""
         if self.layout == "pd":
-            return f"prefill TP {self.tp} + decode TP {self.tp}{talker}"
+            prefill, decode = self.replicas["prefill"], self.replicas["decode"]
+            engines = (f"prefill TP {self.tp} + decode TP {self.tp}" if prefill == decode == 1 else
+                       f"{prefill} prefill + {decode} decode engines of TP {self.tp}")
+            return engines + talker
         return f"thinker TP {self.tp}{talker}"
 
 
@@ -119,6 +149,8 @@ def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]
 
 
 def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
+    """The process's environment. ``ports`` with ``zmq`` (distributed processes): VLLM_PORT pins the
+    ports vLLM and vLLM-Omni draw for themselves (the master's routes, the coordinator) to its slice."""
     env = {
         # Stage `devices` are indices into this list; PCI order makes them match nvidia-smi.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -132,12 +164,15 @@ def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[s
     if settings["vllm_omni_model_staging"]:
         env["HF_HUB_OFFLINE"] = "1"
     if settings["vllm_omni_layout"] == "pd":
-        env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
+        if "bootstrap" in ports:  # a prefill engine's bootstrap server (decode engines run none)
+            env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
         env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
         env["MC_MAX_RPC_PORT"] = str(ports["mooncake_rpc"][1])
         if settings["vllm_omni_mooncake_protocol"] == "tcp":
             # Without the pool, TCP transfers under load exhaust ephemeral ports (TIME_WAIT).
             env["MC_TCP_ENABLE_CONNECTION_POOL"] = "1"
+    if "zmq" in ports:
+        env["VLLM_PORT"] = str(ports["zmq"][0])
     env.update(settings["vllm_omni_extra_env"])
     return dict(sorted(env.items()))
 
@@ -154,6 +189,53 @@ def argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dic
         "--served-model-name", served,
         engine.config_flag, paths["stage_config"],
         "--init-timeout", timeout, "--stage-init-timeout", timeout,
+    ]
+
+
+def head_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict,
+              remote_engines: list[tuple[str, str]]) -> list[str]:
+    """The head of a distributed pipeline: API server, orchestrator, OmniMasterServer and stage 0 (prefill 0).
+
+    Simulator: vllm-router in PD mode stands in for the head (it sends each request to a prefill then a
+    decode stand-in, round-robin over the replicas), with prefill 0's stand-in started beside it on
+    loopback at the master port. ``remote_engines``: (role, stand-in URL) of the other engines.
+    """
+    settings = deployment.settings
+    if settings["vllm_omni_engine_backend"] == "simulator":
+        local = f"http://127.0.0.1:{ports['master']}"
+        first = (f"{backend['venv']}/bin/xpyd-sim serve --mode prefill --host 127.0.0.1 --port {ports['master']} "
+                 f"--model {deployment.served}")
+        router = [f"{backend['venv']}/bin/vllm-router", "--host", ip, "--port", str(ports["api"]),
+                  "--vllm-pd-disaggregation", "--policy", "round_robin", "--prefill", local]
+        for role, url in remote_engines:
+            router += [f"--{role}", url]
+        router += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(ports["zmq"][0]),
+                   "--health-check-interval-secs", "5", "--worker-startup-timeout-secs", "600",
+                   "--worker-startup-check-interval", "2"]
+        # sh: both processes in the unit's cgroup; stopping the unit stops both, the router is the main one.
+        return ["/bin/sh", "-c", f'{first} & exec "$@"', "sh", *router]
+    return [*argv(deployment, backend, ip, ports, paths), "--stage-id", "0",
+            "--omni-master-address", ip, "--omni-master-port", str(ports["master"]),
+            "--omni-lb-policy", settings["vllm_omni_replica_lb_policy"]]
+
+
+def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict, stage_id: int,
+                  role: str, master: tuple[str, int]) -> list[str]:
+    """A headless stage of a distributed pipeline: registers with the head's master at ``master``.
+
+    Simulator: an xpyd-sim prefill or decode stand-in on the process's API port, which the head's
+    stand-in router calls.
+    """
+    settings = deployment.settings
+    if settings["vllm_omni_engine_backend"] == "simulator":
+        return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", role, "--host", ip,
+                "--port", str(ports["api"]), "--model", deployment.served]
+    return [
+        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni", "--headless",
+        deployment.engine.config_flag, paths["stage_config"],
+        "--stage-init-timeout", str(settings["vllm_omni_init_timeout"]),
+        "--stage-id", str(stage_id), "--omni-master-address", master[0], "--omni-master-port", str(master[1]),
+        "--omni-replica-address", ip,
     ]
 
 
@@ -183,13 +265,28 @@ def mooncake_package(cuda_major: int | None) -> str:
 
 
 def _pipeline_ports(settings: dict, index: int) -> dict[str, Any]:
-    """Pipeline ``index``'s ports: one each from the API and bootstrap bases, and its slice of the Mooncake range."""
+    """Process ``index``'s ports on its host: one each from the API and bootstrap bases, and its slice of
+    the Mooncake range (a single-process pipeline's index is the pipeline's)."""
     ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
     if settings["vllm_omni_layout"] == "pd":
         ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
         slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
         first = settings["vllm_omni_mooncake_rpc_port_range"][0] + index * slice_size
         ports["mooncake_rpc"] = [first, first + slice_size - 1]
+    return ports
+
+
+def _process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str, Any]:
+    """A distributed process's ports: the pipeline's (a bootstrap port for prefill engines only), its
+    slice of the stage ZMQ range, and on the head the master port."""
+    ports = _pipeline_ports(settings, index)
+    if role != "prefill":
+        ports.pop("bootstrap")
+    size = settings["vllm_omni_stage_zmq_ports_per_process"]
+    first = settings["vllm_omni_stage_zmq_port_range"][0] + index * size
+    ports["zmq"] = [first, first + size - 1]
+    if head:
+        ports["master"] = settings["vllm_omni_stage_master_port_base"] + index
     return ports
 
 
@@ -206,6 +303,29 @@ def _pipeline_paths(settings: dict, name: str, venv: str) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """One engine of a distributed pipeline with its process name, index and ports on its host."""
+
+    engine: _distributed.Engine
+    process: str
+    index: int
+    ports: dict
+    ip: str
+
+
+@dataclass(frozen=True)
+class _DistributedContext:
+    """What every process of one distributed pipeline shares."""
+
+    name: str
+    key: str
+    master: tuple[str, int]  # the head's OmniMasterServer (address, port)
+    first: dict[str, _Placed]  # engine 0 of each role
+    explain: list[str]
+    stand_ins: list[tuple[str, str]]  # (role, URL) of the non-head engines: the simulator head's router calls them
+
+
 class PipelineBuilder:
     """Builds every pipeline of one plan, and keeps the stage-config documents pipelines can share."""
 
@@ -216,11 +336,121 @@ class PipelineBuilder:
         self._documents: dict[str, dict] = {}
 
     def host_pipelines(self, host: str, ip: str, gpus: list[int], count: int, facts: dict | None) -> list[dict]:
-        """``count`` pipelines on ``host``, placed on ``gpus`` (topology ``facts`` where discovery ran)."""
+        """``count`` whole pipelines on ``host``, placed on ``gpus`` (topology ``facts`` where discovery ran).
+
+        One process each; with more than one prefill or decode engine (xPyD), each pipeline's engines are
+        processes of their own on this host (a head and headless stages).
+        """
         deployment = self.deployment
+        prefix = deployment.settings["vllm_omni_pipeline_prefix"]
+        if deployment.replicated:
+            entries: list[dict] = []
+            pipelines = _distributed.engines_on_host(host, gpus, count, deployment.tp, deployment.replicas, facts)
+            for index, engines in enumerate(pipelines):
+                processes = self.distributed_pipeline(f"{prefix}{index}", engines, {host: ip}, {host: len(entries)},
+                                                      spanning=False)
+                entries += processes[host]
+            return entries
         placements = _placement.place(gpus, count, deployment.tp, deployment.layout, facts, deployment.audio,
                                       deployment.share)
         return [self.pipeline(host, ip, index, placements[index]) for index in range(count)]
+
+    def distributed_pipeline(self, name: str, engines: list[_distributed.Engine], ips: dict[str, str],
+                             first_index: dict[str, int], spanning: bool) -> dict[str, list[dict]]:
+        """Process entries of one distributed pipeline, per host; ``first_index``: each host's next process index.
+
+        Each engine's process has its own stage config: its own stage carries its address, engine id and
+        (prefill) bootstrap port; the other stage names engine 0 of that role, the one the head's
+        orchestrator addresses by default (the collection's KV connector hands each prefill's own
+        bootstrap address and engine id back with its KV, so decode pulls from the engine that ran the
+        prefill).
+        """
+        settings = self.deployment.settings
+        indices = dict(first_index)
+        placed = []
+        for engine in engines:
+            index = indices.get(engine.host, 0)
+            indices[engine.host] = index + 1
+            process = name if engine.is_head else f"{name}-{engine.role}{engine.replica}"
+            placed.append(_Placed(engine, process, index, _process_ports(settings, index, engine.role, engine.is_head),
+                                  ips[engine.host]))
+        first = {role: next(item for item in placed if item.engine.role == role) for role in _distributed.ROLES}
+        context = _DistributedContext(name=name, key=name if spanning else f"{engines[0].host}/{name}",
+                                      master=(placed[0].ip, placed[0].ports["master"]), first=first,
+                                      explain=_distributed.explain(engines, spanning),
+                                      stand_ins=[(item.engine.role, f"http://{item.ip}:{item.ports['api']}")
+                                                 for item in placed if not item.engine.is_head])
+        by_host: dict[str, list[dict]] = {}
+        for item in placed:
+            by_host.setdefault(item.engine.host, []).append(self._process_entry(item, context))
+        return by_host
+
+    def _distributed_stages(self, item: _Placed, first: dict[str, _Placed]) -> list[dict]:
+        """The stages of a distributed process's config: its own, and engine 0 of the other role."""
+        deployment = self.deployment
+        prefill = item if item.engine.role == "prefill" else first["prefill"]
+        stages = []
+        for stage_id, role in enumerate(_distributed.ROLES):
+            source = item if role == item.engine.role else first[role]
+            stages.append({
+                "id": stage_id, "role": role, "devices": ",".join(str(i) for i in range(deployment.tp)),
+                "tensor_parallel_size": deployment.tp, "reads_from": [0] if role == "decode" else [],
+                "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+                "engine_id": f"{source.engine.host}-{source.process}-{role}", "kv_ip": source.ip,
+                "bootstrap": prefill.ports["bootstrap"], "replicas": deployment.replicas[role],
+                "physical_gpus": list(item.engine.gpus) if source is item else [],
+            })
+        return stages
+
+    def _process_entry(self, item: _Placed, context: _DistributedContext) -> dict:
+        deployment, settings = self.deployment, self.deployment.settings
+        engine, ports, ip = item.engine, item.ports, item.ip
+        paths = _pipeline_paths(settings, item.process, self.backend["venv"])
+        prefill = item if engine.role == "prefill" else context.first["prefill"]
+        stage_id = _distributed.ROLES.index(engine.role)
+        entry = {
+            "name": item.process,
+            "pipeline": context.name,
+            # Unique in the deployment (plan["distributed_pipelines"]): a pipeline on one host is named per
+            # host (omni0 on every host), a spanning one once.
+            "pipeline_key": context.key,
+            "process": "head" if engine.is_head else "headless",
+            "stage_id": stage_id,
+            "replica": engine.replica,
+            "host": engine.host,
+            "index": item.index,
+            "unit": _footprint.pipeline_unit(item.process),
+            "gpus": list(engine.gpus),
+            "stages": self._distributed_stages(item, context.first),
+            "ports": ports,
+            "kv_ip": ip,
+            "pd_bootstrap": f"{prefill.ip}:{prefill.ports['bootstrap']}",
+            # Only the head serves the API. A headless engine has no HTTP server: it is healthy when its
+            # unit runs and the head's /health answers; its simulator stand-in answers /health itself.
+            "url": f"http://{ip}:{ports['api']}" if engine.is_head else None,
+            "health_url": f"http://{ip}:{ports['api']}" if engine.is_head or self.backend["stand_in"] else None,
+            "paths": paths,
+            "environment": environment(settings, ip, list(engine.gpus), ports),
+            "argv": (head_argv(deployment, self.backend, ip, ports, paths, context.stand_ins) if engine.is_head else
+                     headless_argv(deployment, self.backend, ip, ports, paths, stage_id, engine.role, context.master)),
+            "master": {"address": context.master[0], "port": context.master[1]},
+            "placement": {"score": None, "explain": context.explain},
+            "mooncake": {"protocol": settings["vllm_omni_mooncake_protocol"],
+                         "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])},
+        }
+        entry["api_key_env"] = self._api_key_env(entry)
+        entry["stage_config"] = self._stage_config_document(entry)
+        return entry
+
+    def _api_key_env(self, entry: dict) -> str | None:
+        """The variable the API key goes in (engine.env's secrets block), or None where nothing checks a key.
+
+        A headless engine serves no API. vllm-router in PD mode (the simulator's head) does not pass a
+        client's key on, so a distributed pipeline's stand-ins check none: the front door does.
+        """
+        if self.backend["stand_in"]:
+            return "XPYD_SIM_REQUIRE_API_KEY" if entry.get("process", "single") == "single" else None
+        return "VLLM_API_KEY" if entry.get("process", "single") in ("single", "head") else None
 
     def pipeline(self, host: str, ip: str, index: int, placement: dict) -> dict:
         deployment = self.deployment
@@ -234,6 +464,9 @@ class PipelineBuilder:
             stage["physical_gpus"] = [pipeline_gpus[int(d)] for d in stage["devices"].split(",")]
         pipeline = {
             "name": name,
+            "pipeline": name,
+            "pipeline_key": f"{host}/{name}",  # unique in the deployment (names repeat on every host)
+            "process": "single",  # every stage in this one process (distributed pipelines: head, headless)
             "host": host,
             "index": index,
             "unit": _footprint.pipeline_unit(name),
@@ -242,6 +475,7 @@ class PipelineBuilder:
             "ports": ports,
             "kv_ip": ip,
             "url": f"http://{ip}:{ports['api']}",
+            "health_url": f"http://{ip}:{ports['api']}",
             "paths": paths,
             "environment": environment(settings, ip, pipeline_gpus, ports),
             "argv": argv(deployment, self.backend, ip, ports, paths),
@@ -250,6 +484,7 @@ class PipelineBuilder:
         if deployment.layout == "pd":
             pipeline["mooncake"] = {"protocol": settings["vllm_omni_mooncake_protocol"],
                                     "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])}
+        pipeline["api_key_env"] = self._api_key_env(pipeline)
         pipeline["stage_config"] = self._stage_config_document(pipeline)
         return pipeline
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gc
 
-from . import _engine_data, _firewall, _footprint, _hardening, _hosts, _pipelines, _ports, _services, _validate
+from . import _distributed, _engine_data, _firewall, _footprint, _hardening, _hosts, _pipelines, _ports, _services, _validate
 from ._hosts import ENGINE_GROUP, HOSTNAME_PATTERN, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, HostGroups, HostPlan
 from ._pipelines import OWNED_ENV, PIPELINE_DROPIN, SYSTEMD_UNIT_DIR, UPSTREAM_FLAGS, Deployment, mooncake_package
 from ._ports import EPHEMERAL_PORTS, MOONCAKE_PORTS_PER_KV_WORKER
@@ -82,6 +82,8 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     problems.raise_if_any()
 
     plan = _assemble(deployment, groups.engine_hosts, host_plans, ips)
+    _check_every_host_used(plan, host_plans, deployment, problems)
+    problems.raise_if_any()
     _add_services(plan, settings, groups, ips)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
@@ -89,7 +91,8 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     plan["reserved_ports"] = {host: _ports.port_list(ranges) for host, ranges in plan["listen_ports"].items()}
     plan["hardening"] = _hardening.unit_hardening(plan["backend"]["name"], plan["paths"]["engine_home"],
                                                   plan["paths"]["hf_home"])
-    plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips)
+    plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips,
+                                               {key: p["hosts"] for key, p in plan["distributed_pipelines"].items()})
     plan["footprint"] = _footprint.footprints(plan)
     plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment))
     return plan
@@ -104,15 +107,21 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
     settings, engine = deployment.settings, deployment.engine
     builder = _pipelines.PipelineBuilder(deployment)
     hosts: dict[str, dict] = {}
-    worker_urls: list[str] = []
     warnings: list[str] = []
+    entries = {host: [] if host_plans.get(host) is None else  # None: GPU discovery pending (first pass)
+               builder.host_pipelines(host, ips[host], host_plans[host].gpus, host_plans[host].count,
+                                      host_plans[host].facts) for host in engine_hosts}
+    distributed = _spanning_pipelines(builder, deployment, host_plans, entries, ips)
     for host in engine_hosts:
-        host_plan = host_plans.get(host)  # None: GPU discovery pending (first pass)
-        pipelines = [] if host_plan is None else builder.host_pipelines(host, ips[host], host_plan.gpus,
-                                                                        host_plan.count, host_plan.facts)
-        hosts[host], host_warnings = _hosts.host_section(host, ips[host], host_plan, pipelines, deployment)
-        worker_urls += [pipeline["url"] for pipeline in pipelines]
+        hosts[host], host_warnings = _hosts.host_section(host, ips[host], host_plans.get(host), entries[host],
+                                                         deployment)
         warnings.extend(host_warnings)
+    distributed.update(_whole_distributed(entries, set(distributed), builder.backend["stand_in"]))
+    worker_urls = [entry["url"] for host in engine_hosts for entry in entries[host]
+                   if entry.get("process", "single") in ("single", "head")]
+    if distributed and builder.backend["stand_in"]:
+        # The simulator's head is vllm-router in PD mode: it joins the stand-in's venv.
+        builder.backend["packages"].append(f"vllm-router=={_engine_data.companions()['vllm_router']}")
     return {
         "schema": PLAN_SCHEMA,
         "layout": deployment.layout,
@@ -131,8 +140,86 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
         "tensor_parallel_size": deployment.tp,
         "settings": {name: {"value": settings[name], "source": deployment.sources[name]} for name in sorted(settings)},
         "hosts": hosts,
+        # Pipelines whose engines run as processes of their own: which host runs which stage engine.
+        "distributed_pipelines": dict(sorted(distributed.items())),
         "worker_urls": worker_urls,
         "warnings": warnings,
+    }
+
+
+def _check_every_host_used(plan: dict, host_plans: dict[str, HostPlan], deployment: Deployment,
+                           problems: Problems) -> None:
+    """A host whose GPUs went into no pipeline: too small for a whole one, and its span group had no room."""
+    for host, host_plan in host_plans.items():
+        if host_plan is None or plan["hosts"][host]["pipelines"]:
+            continue
+        group = host_plan.span_group
+        problems.add(_hosts.host_where(host), "vllm_omni_gpus",
+                     f"offers {len(host_plan.gpus)} GPU(s) {host_plan.gpus}, which no pipeline uses: a whole "
+                     f"pipeline needs {deployment.gpus_per_pipeline} ({deployment.gpu_formula}), and the spare GPUs "
+                     f"of span group {group!r} do not add up to another pipeline",
+                     f"give the host more GPUs, add hosts with spare GPUs to span group {group!r} "
+                     "(vllm_omni_span_group), or take the host out of group vllm_omni")
+
+
+def _spanning_pipelines(builder: _pipelines.PipelineBuilder, deployment: Deployment,
+                        host_plans: dict[str, HostPlan], entries: dict[str, list[dict]],
+                        ips: dict[str, str | None]) -> dict[str, dict]:
+    """Pipelines made of hosts' spare GPUs (per span group), added to ``entries``; their summaries by name."""
+    if not deployment.spanning:
+        return {}
+    spares = []
+    for host, host_plan in host_plans.items():
+        if host_plan is None or not host_plan.offers_spare:
+            continue
+        used = {gpu for entry in entries[host] for gpu in entry["gpus"]}
+        free = [gpu for gpu in host_plan.gpus if gpu not in used]
+        if free:
+            spares.append(_distributed.Spare(host, host_plan.span_group, free, host_plan.facts))
+    pipelines, _unused = _distributed.span(spares, deployment.tp, deployment.replicas)
+    prefix = deployment.settings["vllm_omni_pipeline_prefix"]
+    summaries = {}
+    for number, engines in enumerate(pipelines):
+        name = f"{prefix}-span{number}"
+        processes = builder.distributed_pipeline(name, engines, ips, {h: len(entries[h]) for h in entries},
+                                                 spanning=len({e.host for e in engines}) > 1)
+        for host, host_entries in processes.items():
+            entries[host].extend(host_entries)
+        summaries[name] = _distributed_summary(name, [e for es in processes.values() for e in es],
+                                               builder.backend["stand_in"])
+    return summaries
+
+
+def _whole_distributed(entries: dict[str, list[dict]], spanning: set[str], stand_in: bool) -> dict[str, dict]:
+    """Summaries of the distributed pipelines that sit on one host (xPyD within a host), keyed host/name."""
+    by_pipeline: dict[str, list[dict]] = {}
+    for host_entries in entries.values():
+        for entry in host_entries:
+            if entry.get("process", "single") != "single" and entry["pipeline_key"] not in spanning:
+                by_pipeline.setdefault(entry["pipeline_key"], []).append(entry)
+    return {key: _distributed_summary(processes[0]["pipeline"], processes, stand_in)
+            for key, processes in by_pipeline.items()}
+
+
+def _distributed_summary(name: str, processes: list[dict], stand_in: bool) -> dict:
+    head = next(p for p in processes if p["process"] == "head")
+    # Where a drained pipeline shows its requests in flight (upgrade waits for 0), read from the head's
+    # host: the head's API server; for the simulator, each stand-in engine (the head's own on loopback).
+    if stand_in:
+        metrics = [f"http://127.0.0.1:{head['ports']['master']}/metrics"] + [
+            f"{p['health_url']}/metrics" for p in processes if p["process"] == "headless"]
+    else:
+        metrics = [f"{head['url']}/metrics"]
+    return {
+        "pipeline": name,
+        "head": {"host": head["host"], "unit": head["unit"], "url": head["url"],
+                 "master": f"{head['master']['address']}:{head['master']['port']}"},
+        "hosts": sorted({p["host"] for p in processes}),
+        "engines": [{"host": p["host"], "process": p["name"], "unit": p["unit"], "role": p["stages"][p["stage_id"]]["role"],
+                     "replica": p["replica"], "stage_id": p["stage_id"], "gpus": p["gpus"],
+                     "headless": p["process"] == "headless"} for p in processes],
+        "explain": head["placement"]["explain"],
+        "in_flight_metrics": metrics,
     }
 
 

@@ -26,7 +26,9 @@ Range = tuple[str, str, tuple[int, int]]
 # --- checks -------------------------------------------------------------------------------------
 
 
-def engine_ranges(count: int, settings: dict, layout: str) -> list[Range]:
+def engine_ranges(count: int, settings: dict, layout: str, distributed: bool = False) -> list[Range]:
+    """The port ranges ``count`` engine processes of a host may take (``distributed``: also the stage
+    master ports and the stage ZMQ range of head and headless processes)."""
     api = settings["vllm_omni_api_port_base"]
     ranges = [("API ports", "vllm_omni_api_port_base", (api, api + count - 1))]
     if layout == "pd":
@@ -34,6 +36,11 @@ def engine_ranges(count: int, settings: dict, layout: str) -> list[Range]:
         low, high = settings["vllm_omni_mooncake_rpc_port_range"]
         ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (boot, boot + count - 1)))
         ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
+    if distributed:
+        master = settings["vllm_omni_stage_master_port_base"]
+        low, high = settings["vllm_omni_stage_zmq_port_range"]
+        ranges.append(("stage master ports", "vllm_omni_stage_master_port_base", (master, master + count - 1)))
+        ranges.append(("stage ZMQ ports", "vllm_omni_stage_zmq_port_range", (low, high)))
     return ranges
 
 
@@ -108,20 +115,49 @@ def check_mooncake_slices(host: str, count: int, settings: dict, problems: Probl
     return ok
 
 
+def check_zmq_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
+    """Each distributed process gets its own slice of the stage ZMQ range."""
+    low, high = settings["vllm_omni_stage_zmq_port_range"]
+    size = settings["vllm_omni_stage_zmq_ports_per_process"]
+    if count * size > high - low + 1:
+        problems.add(host_where(host), "vllm_omni_stage_zmq_port_range",
+                     f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host may run "
+                     f"{count} engine processes of distributed pipelines",
+                     f"widen it to at least {count * size} ports, e.g. [{low}, {low + count * size - 1}]")
+        return False
+    return True
+
+
 # --- the plan's port lists ----------------------------------------------------------------------
 
 
-def listen_ports(pipelines: list[dict], layout: str) -> list[dict]:
-    """Every port range a host's pipelines listen on (firewall, reserved ports, preflight)."""
+def listen_ports(pipelines: list[dict], layout: str, stand_in: bool = False) -> list[dict]:
+    """Every port range a host's engine processes listen on (firewall, reserved ports, preflight).
+
+    A distributed process's ranges carry ``pipeline``: the firewall opens them to that pipeline's hosts
+    only. API ports are listened on by single-process pipelines and heads (a headless engine has none;
+    its simulator stand-in does, for the head's stand-in router).
+    """
     ranges = []
     for pipeline in pipelines:
-        ports = pipeline["ports"]
-        ranges.append({"service": pipeline["name"], "purpose": "api", "first": ports["api"], "last": ports["api"]})
+        ports, name = pipeline["ports"], pipeline["name"]
+        process = pipeline.get("process", "single")
+        own = {} if process == "single" else {"pipeline": pipeline["pipeline_key"]}
+        if process != "headless" or stand_in:
+            ranges.append({"service": name, "purpose": "api", "first": ports["api"], "last": ports["api"],
+                           **(own if process == "headless" else {})})
         if layout == "pd":
-            ranges.append({"service": pipeline["name"], "purpose": "mooncake_bootstrap",
-                           "first": ports["bootstrap"], "last": ports["bootstrap"]})
-            ranges.append({"service": pipeline["name"], "purpose": "mooncake_rpc",
-                           "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1]})
+            if "bootstrap" in ports:
+                ranges.append({"service": name, "purpose": "mooncake_bootstrap",
+                               "first": ports["bootstrap"], "last": ports["bootstrap"], **own})
+            ranges.append({"service": name, "purpose": "mooncake_rpc",
+                           "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1], **own})
+        if "master" in ports:
+            ranges.append({"service": name, "purpose": "stage_master", "first": ports["master"],
+                           "last": ports["master"], **own})
+        if "zmq" in ports:
+            ranges.append({"service": name, "purpose": "stage_zmq", "first": ports["zmq"][0], "last": ports["zmq"][1],
+                           **own})
     return ranges
 
 

@@ -50,6 +50,9 @@ class Problems:
     def __init__(self) -> None:
         self.items: list[Problem] = []
 
+    def __len__(self) -> int:
+        return len(self.items)
+
     def add(self, where: str, variable: str, problem: str, fix: str = "") -> None:
         self.items.append(Problem(where, variable, problem, fix))
 

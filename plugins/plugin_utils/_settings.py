@@ -372,8 +372,15 @@ SETTINGS: tuple[Setting, ...] = (
             "becomes kv_ip / VLLM_HOST_IP. Must not be loopback unless engines and router share one host.",
             check_ipv4, default_doc="`ansible_host`"),
     Setting("vllm_omni_pipelines_per_host", HOST, "auto", "`auto` or int",
-            "How many pipelines to run on the host; `auto` = as many as its GPUs fit.",
+            "How many whole pipelines to run on the host; `auto` = as many as its GPUs fit, and GPUs left over "
+            "may serve pipelines that span hosts (vllm_omni_span_hosts). A number: exactly that many whole "
+            "pipelines, and no GPU of the host for spanning pipelines.",
             check_pipelines_per_host),
+    Setting("vllm_omni_span_group", HOST, "all", "string",
+            "Hosts pool their spare GPUs into spanning pipelines only with hosts of the same group (a rack, one "
+            "RDMA or NVLink domain). Every host is in group `all` unless set.",
+            lambda v, n: check_str(v, n, NAME_PATTERN, "a lower-case name (a-z, 0-9, -; up to 24 characters)",
+                                   "rack-a")),
     # One value for the deployment.
     Setting("vllm_omni_version", DEPLOYMENT, "0.26.0", "string",
             "vLLM-Omni version (vLLM is pinned to the same version). One of the support table's "
@@ -405,6 +412,36 @@ SETTINGS: tuple[Setting, ...] = (
             "Tensor-parallel size of the thinker stages (prefill and decode alike: the engine refuses "
             "unequal sizes). Talker and code2wav share one further GPU.",
             lambda v, n: _check_tp(v, n)),
+    Setting("vllm_omni_prefill_replicas", DEPLOYMENT, 1, "int",
+            "Prefill engines per pd pipeline (xPyD: with vllm_omni_decode_replicas the prefill:decode ratio). Above "
+            "1, the pipeline's stages run as processes of their own (a head and headless stages; "
+            "docs/multi-host-pd.md), on one host when they fit, across hosts otherwise. Text-out pipelines only "
+            "(vllm_omni_audio_output: false).",
+            lambda v, n: check_int(v, n, 1, 64)),
+    Setting("vllm_omni_decode_replicas", DEPLOYMENT, 1, "int",
+            "Decode engines per pd pipeline; see vllm_omni_prefill_replicas.",
+            lambda v, n: check_int(v, n, 1, 64)),
+    Setting("vllm_omni_span_hosts", DEPLOYMENT, True, "bool",
+            "Let a text-out pd pipeline span hosts: spare GPUs of hosts in one vllm_omni_span_group (a host too small "
+            "for a whole pipeline, GPUs left over after whole pipelines) make pipelines of their own. A whole "
+            "pipeline on one host is always preferred. false: every pipeline on one host.",
+            check_bool),
+    Setting("vllm_omni_stage_master_port_base", DEPLOYMENT, 8400, "port",
+            "Port of the OmniMasterServer where a distributed pipeline's headless stages register "
+            "(`--omni-master-port`), on its head host: base + the head's process index on that host.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_stage_zmq_port_range", DEPLOYMENT, [20000, 23999], "[first, last]",
+            "Ports a distributed pipeline's processes open for each other (the master's handshake and data "
+            "sockets, the coordinator): each process gets its own slice (VLLM_PORT = its first port). Keep it "
+            "below the kernel's ephemeral range.",
+            check_port_range),
+    Setting("vllm_omni_stage_zmq_ports_per_process", DEPLOYMENT, 64, "int",
+            "Size of each distributed process's slice of vllm_omni_stage_zmq_port_range.",
+            lambda v, n: check_int(v, n, 16, 4096)),
+    Setting("vllm_omni_replica_lb_policy", DEPLOYMENT, "least-queue-length", "string",
+            "How a distributed pipeline's head spreads requests over a stage's replicas (`--omni-lb-policy`): "
+            "random, round-robin or least-queue-length.",
+            lambda v, n: check_choice(v, n, ("random", "round-robin", "least-queue-length"))),
     Setting("vllm_omni_api_port_base", DEPLOYMENT, 8091, "port",
             "API port of a host's first pipeline; pipeline i listens on base + i.",
             lambda v, n: check_int(v, n, 1024, 65535)),

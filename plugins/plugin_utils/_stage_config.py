@@ -84,7 +84,7 @@ def _kv_transfer_config(stage: dict, pipeline: dict, engine: EngineVersion) -> d
     extra: dict[str, Any] = {
         # Read only by vllm-omni's PD validation; the engine's bootstrap address itself comes from
         # VLLM_MOONCAKE_BOOTSTRAP_PORT in the unit environment. Kept equal so both agree.
-        "mooncake_bootstrap_port": pipeline["ports"]["bootstrap"],
+        "mooncake_bootstrap_port": stage.get("bootstrap", pipeline["ports"].get("bootstrap")),
         # vLLM's MooncakeConnector defaults to rdma; always say which one we mean.
         "mooncake_protocol": mooncake["protocol"],
     }
@@ -101,7 +101,9 @@ def _kv_transfer_config(stage: dict, pipeline: dict, engine: EngineVersion) -> d
         "kv_rank": 0 if producer else 1,
         "kv_parallel_size": 2,
         "engine_id": stage["engine_id"],
-        "kv_ip": pipeline["kv_ip"],
+        # A distributed process's config names where each stage's engine is (its own, or engine 0 of the
+        # other role); a single-process pipeline's stages all run at its address.
+        "kv_ip": stage.get("kv_ip", pipeline["kv_ip"]),
         "kv_connector_extra_config": extra,
     }
 
@@ -134,6 +136,10 @@ def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
             engine_args["kv_transfer_config"] = _kv_transfer_config(stage, pipeline, engine)
         engine_args.update(overrides.get(role, {}).get("engine_args", {}))
         doc["runtime"]["devices"] = stage["devices"]
+        if "replicas" in stage:
+            # The stage's engines in the pipeline (xPyD). The head pre-allocates that many slots for a remote
+            # stage and waits for them; a process's own stage is one engine (--omni-dp-size-local 1).
+            doc["runtime"]["num_replicas"] = stage["replicas"]
         doc["engine_input_source"] = list(stage["reads_from"])
         sampling = overrides.get(role, {}).get("sampling", {})
         if sampling:

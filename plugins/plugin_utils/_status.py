@@ -22,21 +22,26 @@ def status_document(plan: dict, units: dict, health: dict, router: dict) -> dict
     for host, host_plan in plan["hosts"].items():
         for pipeline in host_plan["pipelines"]:
             unit = units.get(host, {}).get(pipeline["unit"], {})
-            ok = (unit.get("ActiveState") == "active" and health.get(pipeline["url"]) == 200
-                  and bool(members.get(pipeline["url"])) and all(m.endswith(":healthy") for m in members[pipeline["url"]]))
+            url, health_url = pipeline["url"], pipeline.get("health_url", pipeline["url"])
+            active = unit.get("ActiveState") == "active"
+            # A headless stage serves no API and is no router member: running (and, for a stand-in, healthy).
+            healthy = health.get(health_url) == 200 if health_url else True
+            routed = (bool(members.get(url)) and all(m.endswith(":healthy") for m in members[url])) if url else True
             pipelines.append({
                 "host": host,
                 "pipeline": pipeline["name"],
+                "of": pipeline.get("pipeline", pipeline["name"]),
+                "process": pipeline.get("process", "single"),
                 "unit": pipeline["unit"],
                 "state": f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}",
                 "since": unit.get("ActiveEnterTimestamp") or None,
                 "pid": int(unit["MainPID"]) if str(unit.get("MainPID", "0")).isdigit() and int(unit["MainPID"]) else None,
-                "health": health.get(pipeline["url"]),
+                "health": health.get(health_url) if health_url else None,
                 "gpus": pipeline["gpus"],
                 "ports": pipeline["ports"],
-                "url": pipeline["url"],
-                "router": members.get(pipeline["url"], []),
-                "ok": ok,
+                "url": url,
+                "router": members.get(url, []) if url else [],
+                "ok": active and healthy and routed,
             })
     stale = sorted(url for url in members if url not in plan["worker_urls"])
     routers = [{"host": host, "url": plan["router"]["per_host"][host]["url"], "health": seen.get("health"),
@@ -47,11 +52,14 @@ def status_document(plan: dict, units: dict, health: dict, router: dict) -> dict
 
 
 def status_table(document: dict) -> list[str]:
-    header = f"{'HOST':<16} {'PIPELINE':<10} {'STATE':<18} {'HEALTH':<6} {'GPUS':<12} {'API':<6} ROUTER"
+    header = f"{'HOST':<16} {'PIPELINE':<20} {'STATE':<18} {'HEALTH':<6} {'GPUS':<12} {'API':<6} ROUTER"
     lines = [header]
     for p in document["pipelines"]:
-        lines.append(f"{p['host']:<16} {p['pipeline']:<10} {p['state']:<18} {p['health'] or '-'!s:<6} "
-                     f"{','.join(map(str, p['gpus'])):<12} {p['ports']['api']:<6} {' '.join(p['router']) or 'NOT IN ROUTER'}"
+        headless = p.get("process") == "headless"
+        router = (f"headless stage of {p['of']}" if headless else ' '.join(p['router']) or 'NOT IN ROUTER')
+        api = "-" if headless and p["health"] is None else p["ports"]["api"]
+        lines.append(f"{p['host']:<16} {p['pipeline']:<20} {p['state']:<18} {p['health'] or '-'!s:<6} "
+                     f"{','.join(map(str, p['gpus'])):<12} {api!s:<6} {router}"
                      + ("" if p["ok"] else "   <- check"))
     for r in document["routers"]:
         lines.append(f"router {r['url']}: health {r['health'] or '-'}, {r['workers']} worker(s)")

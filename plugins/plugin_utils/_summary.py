@@ -32,15 +32,30 @@ def summary_lines(plan: dict) -> list[str]:
     ]
     for host, host_plan in plan["hosts"].items():
         pipelines = host_plan["pipelines"]
-        lines.append(f"host {host} {host_plan['ip']}: GPUs {show(host_plan['gpus'])} -> {len(pipelines)} pipeline(s) "
-                     f"x {host_plan['gpus_per_pipeline']} GPUs"
+        single = sum(1 for p in pipelines if p.get("process", "single") == "single")
+        engines = len(pipelines) - single
+        lines.append(f"host {host} {host_plan['ip']}: GPUs {show(host_plan['gpus'])} -> "
+                     + (f"{single} pipeline(s) x {host_plan['gpus_per_pipeline']} GPUs" if single or not engines else "")
+                     + (f"{', ' if single else ''}{engines} engine(s) of distributed pipelines" if engines else "")
                      + (f", unused {show(host_plan['unused_gpus'])}" if host_plan["unused_gpus"] else ""))
         for pipeline in pipelines:
-            ports = pipeline["ports"]
-            port_text = f"api {ports['api']}"
+            ports, process = pipeline["ports"], pipeline.get("process", "single")
+            parts = [] if process == "headless" and not pipeline["health_url"] else [f"api {ports['api']}"]
             if "bootstrap" in ports:
-                port_text += f", bootstrap {ports['bootstrap']}, mooncake {ports['mooncake_rpc'][0]}-{ports['mooncake_rpc'][1]}"
-            lines.append(f"  {pipeline['name']}: {_stage_cell(pipeline['stages'])}; {port_text}; {pipeline['url']}")
+                parts.append(f"bootstrap {ports['bootstrap']}")
+            if "mooncake_rpc" in ports:
+                parts.append(f"mooncake {ports['mooncake_rpc'][0]}-{ports['mooncake_rpc'][1]}")
+            if "master" in ports:
+                parts.append(f"stage master {ports['master']}")
+            where = pipeline["url"] or f"headless, registers with {pipeline['master']['address']}:{pipeline['master']['port']}"
+            what = (_stage_cell(pipeline["stages"]) if process == "single" else
+                    f"{pipeline['pipeline']} {process} {pipeline['stages'][pipeline['stage_id']]['role']} "
+                    f"{pipeline['replica']}[{','.join(map(str, pipeline['gpus']))}]")
+            lines.append(f"  {pipeline['name']}: {what}; {', '.join(parts)}; {where}")
+    for name, pipeline in plan.get("distributed_pipelines", {}).items():
+        lines.append(f"distributed pipeline {name}: head {pipeline['head']['host']} {pipeline['head']['url']}, "
+                     f"{len(pipeline['engines'])} engines on {', '.join(pipeline['hosts'])}")
+        lines += [f"  {line}" for line in pipeline["explain"]]
     router = plan["router"]
     urls = ", ".join(entry["url"] for entry in router["per_host"].values())
     lines.append(f"router {urls}"

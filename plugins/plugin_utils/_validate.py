@@ -166,7 +166,42 @@ def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
     check_rdma_devices(settings, problems)
     check_roots(settings, problems)
     check_tls(settings, problems)
+    if not check_replicas(context, problems):
+        problems.raise_if_any()  # every host's processes and ports would follow from counts that cannot be
     return context
+
+
+# Flags of vLLM-Omni's stage-based runtime that distributed pipelines use (headless comes from vLLM).
+DISTRIBUTED_FLAGS = ("--stage-id", "--omni-master-address", "--omni-master-port", "--omni-replica-address",
+                     "--omni-lb-policy")
+
+
+def check_replicas(context: Deployment, problems: Problems) -> bool:
+    """xPyD replicas only where a pipeline's engines can run as processes of their own; False after a problem."""
+    settings = context.settings
+    asked = [name for name in ("vllm_omni_prefill_replicas", "vllm_omni_decode_replicas") if settings[name] > 1]
+    if not asked:
+        return True
+    before = len(problems)
+    name = asked[0]
+    if settings["vllm_omni_layout"] != "pd":
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, but vllm_omni_layout is {settings['vllm_omni_layout']}: "
+                     "replicas are prefill and decode engines", "set vllm_omni_layout: pd, or remove the replica counts")
+    elif settings["vllm_omni_audio_output"]:
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, which runs each engine as a process of its own, but "
+                     "vllm_omni_audio_output is true: vLLM-Omni 0.26 hands decode's output to the talker through host "
+                     "shared memory, which does not reach another process's stage",
+                     "set vllm_omni_audio_output: false (text out), or keep one prefill and one decode engine")
+    elif settings["vllm_omni_share_gpus"]:
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, but vllm_omni_share_gpus puts every stage on one GPU "
+                     "group of one process", "set vllm_omni_share_gpus: false, or keep one engine per stage")
+    elif context.engine is not None:
+        missing = [flag for flag in DISTRIBUTED_FLAGS if flag not in context.engine.serve_flags]
+        if missing:
+            problems.add(ALL_HOSTS, name, f"needs vLLM-Omni's stage-based runtime, and {context.engine.version} "
+                         f"has no {', '.join(missing)}", "use a version with it (README, Support matrix), or keep one "
+                         "engine per stage")
+    return len(problems) == before
 
 
 def check_tls(settings: dict, problems: Problems) -> None:

@@ -38,9 +38,14 @@ class Captured(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+# A prefill engine's own address (kv_ip); the probe runs with VLLM_MOONCAKE_BOOTSTRAP_PORT=BOOTSTRAP_PORT.
+KV_IP = "10.1.2.3"
+BOOTSTRAP_PORT = "9123"
+
+
 def transfer_config(role: str) -> KVTransferConfig:
     return KVTransferConfig(kv_connector=CLASS, kv_connector_module_path=MODULE, kv_role=role,
-                            engine_id=f"probe-{role}", kv_ip="127.0.0.1",
+                            engine_id=f"probe-{role}", kv_ip=KV_IP,
                             kv_connector_extra_config={"mooncake_protocol": "tcp"})
 
 

@@ -112,8 +112,11 @@ def test_engine_loads_every_pipeline_as_planned(request, case, checked, renders)
             assert answer["pd_pair"] == [0, 1]
             # vLLM's own factory finds the connector the plan names, for both PD stages.
             assert answer["kv_connectors"] == dict.fromkeys(("0", "1"), expected_pd(pipeline, plan)["kv_connector"])
-            assert answer["pd_bootstrap_addr"] == f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
-            assert answer["runtime_bootstrap_addr"] == f"http://{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
+            # The prefill engine the config names: its own, or (a distributed pipeline's decode) the head's.
+            bootstrap = pipeline.get("pd_bootstrap") or f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
+            assert answer["pd_bootstrap_addr"] == bootstrap
+            if pipeline["process"] != "headless":  # only the orchestrator hands decode an address
+                assert answer["runtime_bootstrap_addr"] == f"http://{bootstrap}"
         else:
             assert answer["pd_pair"] is None
         assert answer["imported"], "no dotted path was imported: the checker looked at nothing"
@@ -165,22 +168,49 @@ def boot(venv: Path, hf_home: Path, plan: dict, pipeline: dict, rendered: Path, 
     return text
 
 
+def _booted(plan: dict) -> list[dict]:
+    """The processes each case boots: the last one (shifted GPUs, ports and Mooncake slice); in a case with
+    distributed pipelines the head and a headless stage of the last one too."""
+    processes = _pipelines(plan)
+    chosen = [processes[-1]]
+    distributed = [p for p in processes if p["process"] != "single"]
+    if distributed:
+        key = distributed[-1]["pipeline_key"]
+        chosen += [next(p for p in distributed if p["pipeline_key"] == key and p["process"] == kind)
+                   for kind in ("head", "headless")]
+    return list({(p["host"], p["name"]): p for p in chosen}.values())
+
+
 @pytest.mark.parametrize("case", list(INVENTORIES))
 def test_engine_boots_the_exact_unit_argv_to_the_cpu_worker_lookup(request, case, engines, renders):
+    """Each booted process gets as far as the CPU platform lets it: the worker class lookup.
+
+    A distributed pipeline's head gets there in the stage-based runtime ("Single-stage mode", its master's
+    address) after the orchestrator has its stages; a headless stage after resolving its own stage's
+    devices. Both stop there, before the head's OmniMasterServer starts and before the headless stage
+    registers with it (tests/lab proves that handshake with the engine's own code across lab hosts).
+    """
     plan, directory = renders[case]
     version = plan["engine"]["vllm_omni_version"]
     _mark(request, version, f"{case}: boot")
     venv, hf_home = engines[version]
-    pipeline = _pipelines(plan)[-1]  # the last pipeline: shifted GPUs, ports and Mooncake slice
-    log = OUTPUT / version / "boot" / f"{case.replace('/', '_')}-{pipeline['host']}-{pipeline['name']}.log"
-    text = boot(venv, hf_home, plan, pipeline, directory / pipeline["host"] / pipeline["name"], log)
-    assert f"Launching Orchestrator thread with {len(pipeline['stages'])} stages" in text, f"see {log}"
-    assert "get_omni_ar_worker_cls" in text and "NotImplementedError" in text, f"stopped elsewhere; see {log}"
-    assert not CONFIG_ERRORS.search(text), f"config error in the log: {CONFIG_ERRORS.search(text).group(0)}; see {log}"
-    if plan["layout"] == "pd":
-        # One edge per stage after the first, wired by the engine itself once input_connectors are dropped.
-        edges = len(pipeline["stages"]) - 1
-        assert f"Loaded OmniTransferConfig with {edges} connector configurations" in text, f"see {log}"
+    for pipeline in _booted(plan):
+        log = OUTPUT / version / "boot" / f"{case.replace('/', '_')}-{pipeline['host']}-{pipeline['name']}.log"
+        text = boot(venv, hf_home, plan, pipeline, directory / pipeline["host"] / pipeline["name"], log)
+        assert "get_omni_ar_worker_cls" in text and "NotImplementedError" in text, f"stopped elsewhere; see {log}"
+        assert not CONFIG_ERRORS.search(text), f"config error in the log: {CONFIG_ERRORS.search(text).group(0)}; see {log}"
+        if pipeline["process"] == "headless":
+            stage = pipeline["stage_id"]
+            assert f"[Headless] Stage {stage}: 1 local replicas" in text, f"see {log}"
+        else:
+            assert f"Launching Orchestrator thread with {len(pipeline['stages'])} stages" in text, f"see {log}"
+        if pipeline["process"] == "head":
+            master = f"{pipeline['master']['address']}:{pipeline['master']['port']}"
+            assert f"Single-stage mode enabled (stage_id_filter=0, master={master})" in text, f"see {log}"
+        if plan["layout"] == "pd":
+            # One edge per stage after the first, wired by the engine itself once input_connectors are dropped.
+            edges = len(pipeline["stages"]) - 1
+            assert f"Loaded OmniTransferConfig with {edges} connector configurations" in text, f"see {log}"
 
 
 def _serve_plain(venv: Path, hf_home: Path, flag: str, config: Path, log: Path) -> str:

@@ -9,6 +9,7 @@ class and ours; these tests pin down what each returns.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -26,7 +27,7 @@ def probe(request, engines):
     version = request.param
     venv, _ = engines[version]
     result = subprocess.run([str(venv / "bin" / "python"), str(PROBE)], capture_output=True, text=True, timeout=600,
-                            check=False)
+                            check=False, env={**os.environ, "VLLM_MOONCAKE_BOOTSTRAP_PORT": "9123"})
     log = OUTPUT / version / "kv_connector_probe.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
@@ -58,8 +59,11 @@ def test_stock_connector_hands_nothing_back(probe):
 def test_completed_prefill_hands_the_request_id_back_and_sends_its_kv(probe, case):
     _, result = probe
     ours = result["cases"][f"ours/{case}"]
+    # With the prefill engine's own bootstrap address and engine id: the orchestrator lays them over the ones
+    # it derives from the head's config, so decode pulls from the prefill engine that ran the request.
     assert ours["returned"] == {"remote_request_id": "chatcmpl-probe-0a1b",
-                                "transfer_id": "xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d"}
+                                "transfer_id": "xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d",
+                                "remote_bootstrap_addr": "http://10.1.2.3:9123", "remote_engine_id": "probe-kv_producer"}
     assert ours["delay_free_blocks"] is True
     groups = 2 if case == "two_groups" else 1
     assert ours["kv_queued_for_send"] == [[10 + g, 20 + g] for g in range(groups)]

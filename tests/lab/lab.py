@@ -6,6 +6,7 @@
     lab.py status             one line per machine
     lab.py check-clean        exit 1 (and say what) if anything of the lab is left on this machine
     lab.py exec HOST -- CMD   run CMD inside a machine (nsenter; no SSH needed)
+    lab.py net HOST -- CMD    run a command of this machine in the machine's network namespace only
     lab.py instances          molecule's instance config for the running machines (JSON)
     lab.py poweroff HOST      power one machine off, keeping its disk (fault tests; `up` boots it)
 
@@ -425,6 +426,15 @@ def exec_in(name: str, command: list[str]) -> int:
     return subprocess.run(["nsenter", "--target", str(init), "--all", *command], check=False).returncode
 
 
+def exec_net(name: str, command: list[str]) -> int:
+    """A command of the controller, run in the machine's network namespace only (its address, its
+    firewall in front of the others): the controller's own tools, seen from that machine."""
+    init = init_pid(name)
+    if init is None:
+        sys.exit(f"lab: {name} is not running")
+    return subprocess.run(["nsenter", "--target", str(init), "--net", *command], check=False).returncode
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -440,6 +450,9 @@ def main() -> int:
     exec_parser = sub.add_parser("exec")
     exec_parser.add_argument("host")
     exec_parser.add_argument("cmd", nargs=argparse.REMAINDER)
+    net_parser = sub.add_parser("net", help="run a command of this machine in one lab machine's network namespace")
+    net_parser.add_argument("host")
+    net_parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.command == "up":
         if not 1 <= args.hosts <= 20:
@@ -458,9 +471,9 @@ def main() -> int:
         poweroff(args.host)
     elif args.command == "instances":
         print(json.dumps(instances()))
-    elif args.command == "exec":
+    elif args.command in ("exec", "net"):
         command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-        return exec_in(args.host, command)
+        return (exec_in if args.command == "exec" else exec_net)(args.host, command)
     return 0
 
 

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,7 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     # The collection's KV connector sits in the venv's site-packages, and the engine imports it there.
     connector = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                              "'import vllm_omni_serve_kv as k; print(k.__file__, k.REVISION)'").split()[-2:]
-    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.11/site-packages/vllm_omni_serve_kv.py", "1"]
+    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.11/site-packages/vllm_omni_serve_kv.py", "2"]
     for pipeline in ("omni0", "omni1"):
         config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
         assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config
@@ -199,3 +200,65 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     assert refused.returncode != 0
     assert "Missing key final_output_type" in refused.stdout
     assert "talker2code2wav_token_only cannot be imported" in refused.stdout
+
+
+def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_the_firewall(one_host, tmp_path):
+    """A pipeline spanning lab-1 (head) and lab-2 (headless decode), with the real engine on lab-1.
+
+    The CPU platform stops both engine processes before the head's OmniMasterServer starts
+    (tests/conformance), so the handshake after that runs with vLLM-Omni's own classes
+    (tests/lab/stage_handshake.py) and the units' values: the master on lab-1 with the installed
+    venv, the head argv's address and port and its VLLM_PORT; the registration from lab-2's network
+    with the headless argv's values. lab-3 is an inventory host outside the pipeline: dropped.
+    """
+    sys.path.insert(0, str(REPO / "tests" / "conformance"))
+    from conftest import ensure_engine  # the controller's engine venv (make conformance builds it first)
+
+    lab("up", "--hosts", "3")
+    inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]},
+                                                            "lab-2": {"vllm_omni_gpus": [0]},
+                                                            "lab-3": {"vllm_omni_gpus": [0, 1]}}},
+                                    "vllm_omni_router": {"hosts": {"lab-1": None}}},
+                         {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
+                          "vllm_omni_audio_output": False})
+    result = playbook("deploy.yml", inventory, "--limit", "lab-1,localhost", "--tags", "firewall,mooncake,engine",
+                      "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
+    checked = result.stdout.split("Engine | the installed engine accepts each candidate")[1].split("TASK [")[0]
+    assert "ok: [lab-1] => (item=omni-span0)" in checked and "ok: [lab-1] => (item=omni0)" in checked, checked
+    render = tmp_path / "render"
+    playbook("render.yml", inventory, "-e", f"vllm_omni_render_dir={render}")
+    plan = json.loads((render / "plan.json").read_text())
+    head = next(p for p in plan["hosts"]["lab-1"]["pipelines"] if p["name"] == "omni-span0")
+    decode = next(p for p in plan["hosts"]["lab-2"]["pipelines"] if p["name"] == "omni-span0-decode0")
+    assert decode["argv"][decode["argv"].index("--omni-master-address") + 1] == head["kv_ip"] == "10.77.0.11"
+    master = int(decode["argv"][decode["argv"].index("--omni-master-port") + 1])
+    assert master == head["ports"]["master"] == int(head["argv"][head["argv"].index("--omni-master-port") + 1])
+    replica = decode["argv"][decode["argv"].index("--omni-replica-address") + 1]
+    put("lab-1", "/tmp/stage_handshake.py", (REPO / "tests" / "lab" / "stage_handshake.py").read_text())
+    python = f"{head['paths']['venv']}/bin/python"
+    on("lab-1", f"VLLM_PORT={head['environment']['VLLM_PORT']} nohup {python} /tmp/stage_handshake.py head "
+                f"{head['kv_ip']} {master} 1 1 120 > /tmp/handshake-head.out 2>&1 &")
+    # The master is up once its port answers a peer of the pipeline; lab-3 (not of the pipeline) is dropped.
+    from test_security import reaches
+    deadline = time.monotonic() + 120
+    while not reaches("lab-2", head["kv_ip"], master):
+        assert time.monotonic() < deadline, on("lab-1", "cat /tmp/handshake-head.out")
+        time.sleep(2)
+    assert not reaches("lab-3", head["kv_ip"], master)
+    # The registration from lab-2's address, through lab-1's firewall: the controller's engine venv in lab-2's
+    # network namespace (lab-2 itself has no engine installed here).
+    headless = subprocess.run([*LAB, "net", "lab-2", "--", str(ensure_engine("0.26.0") / "bin" / "python"),
+                               str(REPO / "tests" / "lab" / "stage_handshake.py"), "headless", head["kv_ip"], str(master),
+                               "1", replica], capture_output=True, text=True, timeout=300, check=False)
+    registered = json.loads(headless.stdout.split("@@handshake@@")[-1])
+    assert registered["registered"], headless.stdout[-3000:] + headless.stderr[-3000:]
+    deadline = time.monotonic() + 60
+    while "@@handshake@@" not in on("lab-1", "cat /tmp/handshake-head.out"):
+        assert time.monotonic() < deadline, on("lab-1", "cat /tmp/handshake-head.out")
+        time.sleep(2)
+    seen = json.loads(on("lab-1", "cat /tmp/handshake-head.out").split("@@handshake@@")[-1])
+    assert seen["registered"] and seen["replica_host"] == "10.77.0.12", seen
+    assert seen["handshake_message"] == "hello from stage 1 at 10.77.0.12", seen
+    low, high = head["ports"]["zmq"]
+    port = int(seen["handshake_address"].rsplit(":", 1)[1])
+    assert seen["handshake_address"].startswith("tcp://10.77.0.11:") and low <= port <= high, seen

@@ -16,7 +16,11 @@ kills the engine on the first request. This subclass changes three things and no
 
 1. A prefill that completes hands back ``remote_request_id`` (its own request id) and its
    ``transfer_id``. The decode side keys its pull on ``transfer_id``, which the orchestrator sets
-   to the same value, so the id only has to be present.
+   to the same value, so the id only has to be present. With them, its own bootstrap address
+   (``kv_ip`` and ``VLLM_MOONCAKE_BOOTSTRAP_PORT``) and ``engine_id``: the orchestrator derives both
+   from the head's config and lays what the prefill hands back over them, so with several prefill
+   engines (xPyD, a pipeline across hosts) decode pulls from the one that ran the request. With one
+   prefill engine they are the values the orchestrator had anyway.
 2. A prefill whose single token was end-of-sequence (``FINISHED_STOPPED``) is sent like a
    length-capped one. vLLM frees its KV instead, yet the orchestrator still routes the request to
    decode, which would then wait ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s) for KV that never
@@ -42,10 +46,11 @@ import time
 from typing import Any
 
 import vllm
+import vllm.envs as vllm_envs
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector import MooncakeConnector
 from vllm.v1.request import RequestStatus
 
-REVISION = 1
+REVISION = 2
 WRITTEN_FOR_VLLM = ("0.26.0",)
 if vllm.__version__ not in WRITTEN_FOR_VLLM:
     raise ImportError(f"vllm_omni_serve_kv revision {REVISION} is written for vLLM {', '.join(WRITTEN_FOR_VLLM)}, "
@@ -67,8 +72,12 @@ _SENDABLE = (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPE
 class ServeMooncakeConnector(MooncakeConnector):
     """vLLM's MooncakeConnector, handing ``remote_request_id`` back to vLLM-Omni's orchestrator."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        kv = vllm_config.kv_transfer_config
+        # Prefill side: where decode reaches this engine's bootstrap server (vLLM binds it on every
+        # address at VLLM_MOONCAKE_BOOTSTRAP_PORT; kv_ip is the address the plan gives the engine).
+        self._bootstrap_addr = f"http://{kv.kv_ip}:{vllm_envs.VLLM_MOONCAKE_BOOTSTRAP_PORT}"
         # Decode side: request id -> (transfer id, tokens to pull), until the KV has arrived.
         self._pulls: dict[str, tuple[str, int]] = {}
         self._events = 0
@@ -113,6 +122,8 @@ class ServeMooncakeConnector(MooncakeConnector):
         handed = dict(returned or {})
         handed["remote_request_id"] = request.request_id
         handed["transfer_id"] = params["transfer_id"]
+        handed["remote_bootstrap_addr"] = self._bootstrap_addr
+        handed["remote_engine_id"] = self.engine_id
         self._log_event(PREFILL_HANDED_OFF, params["transfer_id"],
                         f"prefill_request_id={request.request_id} blocks={blocks} status={status.name}")
         return delay_free_blocks, handed

@@ -1,0 +1,148 @@
+"""Pipelines that span hosts, on the local lab (SIMULATOR stand-ins; needs root).
+
+Three machines: lab-1 holds a whole text-out PD pipeline (omni0, two GPUs) and the router; lab-2 and
+lab-3 have one GPU each, too few for a whole pipeline, so their GPUs make one pipeline that spans
+both: its head (prefill) on lab-2, a headless decode stage on lab-3. lab-1 is an inventory peer but
+not a host of that pipeline.
+
+SIMULATOR: the head's unit runs vllm-router in PD mode (each request to a prefill, then a decode
+stand-in) beside an xpyd-sim prefill; the headless unit runs an xpyd-sim decode stand-in. Units,
+files, ports, firewall, start order, restarts, upgrade and stop are the collection's, as for the real
+engine; the real engine's own head/headless handshake is proven in test_lab.py (real-engine test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from test_faults import CA_FILE, KEY_FILE, ROUTER, Load, record
+from test_lab import lab, on, playbook, scenario, started_at
+from test_security import controller_get, reaches
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
+
+KEY = "multihost-test-key-0123456789abcdef"
+ADDRESS = {"lab-1": "10.77.0.11", "lab-2": "10.77.0.12", "lab-3": "10.77.0.13"}
+CHAT = {"model": "qwen3-omni", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def inventory(tmp_path_factory, **group_vars) -> Path:
+    groups = {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1]}, "lab-2": {"vllm_omni_gpus": [0]},
+                                      "lab-3": {"vllm_omni_gpus": [0]}}},
+              "vllm_omni_router": {"hosts": {"lab-1": None}}}
+    return scenario(tmp_path_factory.mktemp("inventory"), groups,
+                    {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+                     "vllm_omni_api_key": KEY, "vllm_omni_audio_output": False, **group_vars})
+
+
+@pytest.fixture(scope="module")
+def spanning(tmp_path_factory):
+    lab("up", "--hosts", "3")
+    KEY_FILE.write_text(KEY + "\n")
+    directory = inventory(tmp_path_factory)
+    playbook("deploy.yml", directory)
+    render = tmp_path_factory.mktemp("render") / "out"
+    playbook("render.yml", directory, "-e", f"vllm_omni_render_dir={render}")
+    yield directory, json.loads((render / "plan.json").read_text())
+    lab("down")
+
+
+def decode_requests() -> int:
+    return int(on("lab-3", "journalctl -u vllm-omni@omni-span0-decode0 -o cat --no-pager | grep -c 'POST /v1/chat'")
+               .strip() or 0)
+
+
+def test_the_spanning_pipeline_is_planned_across_both_hosts_and_serves(spanning):
+    _, plan = spanning
+    pipeline = plan["distributed_pipelines"]["omni-span0"]
+    assert pipeline["hosts"] == ["lab-2", "lab-3"] and pipeline["head"]["url"] == "http://10.77.0.12:8091"
+    assert [(e["host"], e["role"], e["headless"]) for e in pipeline["engines"]] == [
+        ("lab-2", "prefill", False), ("lab-3", "decode", True)]
+    assert sorted(plan["worker_urls"]) == ["http://10.77.0.11:8091", "http://10.77.0.12:8091"]
+    assert on("lab-3", "systemctl is-active vllm-omni@omni-span0-decode0").strip() == "active"
+    before = decode_requests()
+    for _ in range(6):  # round robin over the two pipelines: three reach the spanning one
+        assert controller_get(f"{ROUTER}/v1/chat/completions", KEY, "POST", CHAT) == 200
+    assert decode_requests() - before >= 3, "no request reached the decode stage on the other host"
+    playbook("status.yml", spanning[0])
+    document = json.loads((CA_FILE.parents[1] / "reports" / "status.json").read_text())
+    rows = {(p["host"], p["pipeline"]): p for p in document["pipelines"]}
+    assert rows[("lab-3", "omni-span0-decode0")]["process"] == "headless" and rows[("lab-3", "omni-span0-decode0")]["ok"]
+    assert document["ok"], document
+
+
+LISTENER = "vomni-probe-listener"
+
+
+def listening(host: str, ports: list[int]) -> None:
+    """A throw-away listener on the host's address (stand-ins leave these ports unbound); ``quiet`` ends it."""
+    script = (f"import socket,time\nss=[]\nfor p in {ports!r}:\n s=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
+              f"socket.SO_REUSEADDR,1);s.bind(('{ADDRESS[host]}',p));s.listen();ss.append(s)\ntime.sleep(120)\n")
+    on(host, f"nohup python3 -c \"{script}\" {LISTENER} >/dev/null 2>&1 & sleep 1")
+
+
+def quiet(host: str) -> None:
+    on(host, f"pkill -f {LISTENER}; sleep 1")
+
+
+def test_its_ports_open_to_its_own_hosts_only(spanning):
+    """Bootstrap, Mooncake and the stage ZMQ slice of the head: lab-3 (the pipeline's) gets in, lab-1 (an
+    inventory peer outside the pipeline) does not; the head's API stays open to the router's host."""
+    _, plan = spanning
+    head = next(p for p in plan["hosts"]["lab-2"]["pipelines"] if p["name"] == "omni-span0")
+    ports = [head["ports"]["bootstrap"], head["ports"]["mooncake_rpc"][0], head["ports"]["zmq"][0] + 1]
+    listening("lab-2", ports)
+    try:
+        for port in ports:
+            assert reaches("lab-3", ADDRESS["lab-2"], port), port
+            assert not reaches("lab-1", ADDRESS["lab-2"], port), port
+    finally:
+        quiet("lab-2")  # preflight of the next deploy would find a foreign process on these ports
+    assert reaches("lab-1", ADDRESS["lab-2"], head["ports"]["api"])  # the router calls the head
+    # The decode stand-in's API is the head's to call, nobody else's.
+    assert reaches("lab-2", ADDRESS["lab-3"], 8091) and not reaches("lab-1", ADDRESS["lab-3"], 8091)
+
+
+def test_a_change_on_one_host_restarts_the_whole_pipeline_in_order(spanning):
+    directory, _ = spanning
+    before = {"head": started_at("lab-2", "vllm-omni@omni-span0"),
+              "decode": started_at("lab-3", "vllm-omni@omni-span0-decode0"), "omni0": started_at("lab-1", "vllm-omni@omni0")}
+    on("lab-3", "echo '# drift' >> /etc/systemd/system/vllm-omni@omni-span0-decode0.service.d/10-pipeline.conf")
+    result = playbook("deploy.yml", directory)
+    assert "changed: [lab-3] => (item=omni-span0-decode0)" in result.stdout.split("stop headless stages")[1]
+    after = {"head": started_at("lab-2", "vllm-omni@omni-span0"),
+             "decode": started_at("lab-3", "vllm-omni@omni-span0-decode0"), "omni0": started_at("lab-1", "vllm-omni@omni0")}
+    assert after["head"] != before["head"] and after["decode"] != before["decode"]
+    assert after["omni0"] == before["omni0"], "a pipeline on another host restarted too"
+    # The headless stage started after the head came back (monotonic clocks of one kernel: the lab shares it).
+    head = int(on("lab-2", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm-omni@omni-span0"))
+    decode = int(on("lab-3", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm-omni@omni-span0-decode0"))
+    assert decode > head
+    assert "# drift" not in on("lab-3", "cat /etc/systemd/system/vllm-omni@omni-span0-decode0.service.d/10-pipeline.conf")
+
+
+def test_rolling_upgrade_of_the_spanning_pipeline_under_load_drops_no_request(spanning, tmp_path_factory):
+    load = Load()
+    start = time.monotonic()
+    playbook("upgrade.yml", inventory(tmp_path_factory, vllm_omni_extra_env={"ROLLOUT_MARK": "1"}))
+    seconds = time.monotonic() - start
+    report = load.report()
+    assert report["failed"] == 0 and report["ok"] > 100, report
+    for host, name in (("lab-2", "omni-span0"), ("lab-3", "omni-span0-decode0"), ("lab-1", "omni0")):
+        assert on(host, f"grep -h ROLLOUT_MARK /etc/vllm-omni/{name}/engine.env").strip() == 'ROLLOUT_MARK="1"', name
+    record("rolling_upgrade_spanning", seconds=round(seconds, 1), load=report)
+
+
+def test_stop_stops_every_stage_and_deploy_brings_the_pipeline_back(spanning, tmp_path_factory):
+    directory = inventory(tmp_path_factory, vllm_omni_extra_env={"ROLLOUT_MARK": "1"})
+    playbook("stop.yml", directory)
+    for host, unit in (("lab-2", "vllm-omni@omni-span0"), ("lab-3", "vllm-omni@omni-span0-decode0")):
+        assert on(host, f"systemctl is-active {unit}").strip() == "inactive", unit
+    playbook("deploy.yml", directory)
+    assert controller_get(f"http://{ADDRESS['lab-2']}:8091/health") == 0  # the controller is no peer of the engines
+    assert on("lab-1", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.12:8091/health").strip() == "200"
+    assert CA_FILE.is_file()

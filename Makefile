@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: device-payload help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: lock device-payload help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root); make demo-down"
@@ -23,6 +23,7 @@ help:
 	@echo "make render INVENTORY=dir OUT=dir   write the plan and every pipeline's files (controller only)"
 	@echo "make docs        regenerate docs/variables.md and the README support matrix"
 	@echo "make bench       planner benchmark (docs/benchmarks.md)"
+	@echo "make lock        regenerate data/locks/ (every host venv pinned and hashed) after a support-table change"
 
 tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
@@ -35,6 +36,7 @@ lint: tools
 	yamllint --strict .
 	ansible-lint --offline -q
 	python scripts/gen_docs.py --check
+	python scripts/lock.py --check
 
 unit: tools
 	python -m pytest
@@ -54,6 +56,9 @@ engine-data: tools
 	  HF_HUB_OFFLINE=1 $(CACHE)/engines/$$v/bin/python tests/conformance/derive_engine_data.py \
 	    $(CACHE)/models/$$v/hub/models--Qwen--Qwen3-Omni-30B-A3B-Instruct/snapshots/conformance > data/engines/$$v.yaml; \
 	done
+
+lock: tools
+	python scripts/lock.py
 
 golden-update: tools
 	VLLM_OMNI_GOLDEN_UPDATE=1 python -m pytest tests/unit/test_golden.py

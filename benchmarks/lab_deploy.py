@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Deploy timings on the local lab (needs root): first deploy, no-op re-run, 1 host vs 3 hosts, router overhead.
 
     python benchmarks/lab_deploy.py [--rounds 2]
@@ -65,20 +64,20 @@ def main() -> int:
         KEY_FILE.write_text(os.urandom(24).hex() + "\n")
     SECRETS.write_text(f"vllm_omni_api_key: {KEY_FILE.read_text().strip()}\n")
     report: dict = {"first_deploy_s": {1: [], 3: []}}
-    for _ in range(args.rounds):
+    for _round in range(args.rounds):
         for hosts in (1, 3):
             lab_fresh(hosts)
-            seconds, _ = deploy(LAYOUTS[hosts])
+            seconds, _unused = deploy(LAYOUTS[hosts])
             report["first_deploy_s"][hosts].append(round(seconds, 1))
     # The lab now runs the 3-host layout: no-op re-runs and router overhead on it.
     noop = []
-    for _ in range(3):
+    for _round in range(3):
         seconds, recap = deploy(LAYOUTS[3])
         noop.append({"seconds": round(seconds, 1), "changed": sum(int(w.split("=")[1]) for w in recap.split()
                                                                   if w.startswith("changed="))})
     report["noop_rerun"] = noop
     direct, routed = [], []
-    for _ in range(3):  # alternate, so drift hits both paths alike
+    for _round in range(3):  # alternate, so drift hits both paths alike
         direct.append(loadgen("http://10.77.0.11:8091", 150))
         routed.append(loadgen("http://10.77.0.13:8000", 150))
     report["router_overhead"] = {

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bounded load generator for the lab: chat completions, latencies, failures. Never an open-ended flood.
 
     python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--ca-file CA] [--max-seconds 120] [--json]
@@ -85,14 +84,14 @@ def run(url: str, requests: int, concurrency: int, key: str | None, model: str, 
                 results.append(outcome)
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker) for _round in range(concurrency)]
     for thread in threads:
         thread.start()
     while any(thread.is_alive() for thread in threads):
         for thread in threads:
             thread.join(timeout=0.2)
-    ok = sorted(latency for latency, status, _ in results if status == 200)
-    failures = [(status, detail) for _, status, detail in results if status != 200]
+    ok = sorted(latency for latency, status, _unused in results if status == 200)
+    failures = [(status, detail) for _unused, status, detail in results if status != 200]
 
     def pct(p: float) -> float | None:
         return round(ok[min(len(ok) - 1, int(p * len(ok)))] * 1000, 3) if ok else None

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Planner benchmark: plan + render 1,024 hosts x 8 GPUs on one core.
 
     python benchmarks/plan_render.py [--hosts N] [--repeat R] [--scale K]
@@ -37,7 +36,7 @@ def inventory(hosts: int, layout: str, version: str) -> dict:
 
 def best(fn, repeat: int) -> float:
     times = []
-    for _ in range(repeat):
+    for _round in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

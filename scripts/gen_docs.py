@@ -1,12 +1,12 @@
-#!/usr/bin/env python3
-"""Generate docs/variables.md and the README's support matrix from the collection's own tables.
+"""Generate docs/variables.md, the README's support matrix and each role's variables table from the
+collection's own tables.
 
     python scripts/gen_docs.py          # rewrite
     python scripts/gen_docs.py --check  # exit 1 when a generated part is stale (run by `make lint`)
 
 Sources: the settings table (plugins/plugin_utils/_settings.py), the per-stage tunables
 (_stages.py), the support table (data/support.yml) and the conformance results
-(docs/conformance/<version>.json, written by `make conformance`).
+(docs/conformance/<version>.json, written by `make conformance`), each role's meta/argument_specs.yml.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collection"))
@@ -148,12 +150,32 @@ def support_matrix_md() -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, name: str, body: str) -> str:
+def _cell(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def role_variables_md(role: Path) -> str:
+    """The role's variables, per entry point, from its meta/argument_specs.yml (what ansible-doc shows too)."""
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    lines = [f"Generated from `meta/argument_specs.yml` (`ansible-doc -t role vllm_omni.serve.{role.name}`)."]
+    for entry, spec in specs.items():
+        lines += ["", f"Entry point `{entry}`: {_cell(spec.get('short_description', ''))}", "",
+                  "| Variable | Type | Default | Description |", "| --- | --- | --- | --- |"]
+        for name, option in (spec.get("options") or {}).items():
+            default = "required" if option.get("required") else (
+                f"`{_cell(option['default'])}`" if "default" in option else "")
+            kind = option.get("type", "str") + (f" of {option['elements']}" if option.get("elements") else "")
+            lines.append(f"| `{name}` | {kind} | {default} | {_cell(option.get('description', ''))} |")
+    return "\n".join(lines)
+
+
+def replace_block(text: str, name: str, body: str, where: str = "README.md") -> str:
     begin, end = BEGIN.format(name), END.format(name)
     if begin not in text or end not in text:
-        raise SystemExit(f"README.md lacks the {begin} ... {end} markers")
+        raise SystemExit(f"{where} lacks the {begin} ... {end} markers")
     head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
+    _before, tail = rest.split(end, 1)
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
@@ -162,6 +184,12 @@ def main() -> int:
     outputs = {REPO / "docs" / "variables.md": variables_md()}
     readme = REPO / "README.md"
     outputs[readme] = replace_block(readme.read_text(), "support-matrix", support_matrix_md())
+    for role in sorted((REPO / "roles").iterdir()):
+        role_readme = role / "README.md"
+        if not role_readme.is_file():
+            raise SystemExit(f"{role_readme.relative_to(REPO)} is missing: every role has a README (Galaxy's importer)")
+        outputs[role_readme] = replace_block(role_readme.read_text(), "role-variables", role_variables_md(role),
+                                             str(role_readme.relative_to(REPO)))
     stale = [path for path, text in outputs.items() if not path.is_file() or path.read_text() != text]
     if check:
         for path in stale:

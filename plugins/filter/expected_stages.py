@@ -54,12 +54,6 @@ def expected_stages(pipeline):
     return _expect.expected_stages(_pipeline(pipeline))
 
 
-def expected_pd(pipeline, plan):
-    if not isinstance(plan, dict) or "layout" not in plan:
-        raise AnsibleFilterError("expected_pd takes the plan: pipeline | vllm_omni.serve.expected_pd(vllm_omni_plan)")
-    return _expect.expected_pd(_pipeline(pipeline), plain(plan))
-
-
 class FilterModule:
     def filters(self):
-        return {"expected_stages": expected_stages, "expected_pd": expected_pd}
+        return {"expected_stages": expected_stages}

@@ -9,7 +9,7 @@ short_description: The nftables peer set of a deployment plan, the same file on 
 version_added: 0.1.0
 description:
   - Text of the plan's C(firewall.peers_file), one set C(inventory_peers_v4) in table C(inet vllm_omni) holding every
-    inventory host's address (the plan's C(firewall.peers)). Every host's ruleset (M(vllm_omni.serve.firewall_ruleset))
+    inventory host's address (the plan's C(firewall.peers)). Every host's ruleset (P(vllm_omni.serve.firewall_ruleset#filter))
     includes it, so the peer list is written once per deployment instead of once per host.
   - A complete ruleset on its own, so C(nft -c -f) checks it; it is loaded through the host's ruleset, which replaces
     the table and this set in one transaction. C(render.yml) writes the same text to C(firewall/peers.nft).

@@ -12,7 +12,7 @@ description:
     chain lets loopback, the inventory's hosts and, on the router and Prometheus ports, the configured client networks
     reach the ports the plan listens on, and drops everything else to those ports. Other ports are not filtered.
   - The inventory's hosts are the set C(inventory_peers_v4), which the file includes from the plan's
-    C(firewall.peers_file) (see M(vllm_omni.serve.firewall_peers)); that file must be in place before this one is
+    C(firewall.peers_file) (see P(vllm_omni.serve.firewall_peers#filter)); that file must be in place before this one is
     checked (C(nft -c -f)) or loaded. The text holds only this host's rules, whatever the size of the inventory.
   - The file replaces the table atomically when loaded with C(nft -f), the included peer set in the same transaction;
     C(render.yml) writes the same text to C(<host>/firewall.nft).

@@ -8,7 +8,7 @@ name: pd_verdicts
 short_description: For several pipelines at once, whether each one's request went prefill -> Mooncake -> decode
 version_added: 0.1.0
 description:
-  - The judgement of M(vllm_omni.serve.pd_handoff#filter) for each pipeline, from the journal text of all its
+  - The judgement of P(vllm_omni.serve.pd_handoff#filter) for each pipeline, from the journal text of all its
     processes (a distributed pipeline's prefill and decode engines log on their own hosts).
   - A pipeline without journal text gets a verdict that is not C(ok).
 options:

@@ -12,7 +12,7 @@ description:
     per host the pipelines with their GPUs, ports and URLs, then any warnings.
 options:
   _input:
-    description: A plan from the M(vllm_omni.serve.plan) filter.
+    description: A plan from the P(vllm_omni.serve.plan#filter) filter.
     type: dict
     required: true
 seealso:

@@ -59,12 +59,6 @@ def preflight_report(plan, host, facts, gpu_facts=None):
     return _preflight.evaluate(plain(plan), str(host), plain(facts), plain(gpu_facts) if gpu_facts else None)
 
 
-def preflight_summary(reports):
-    if not isinstance(reports, list):
-        raise AnsibleFilterError("preflight_summary expects a list of preflight reports")
-    return _preflight.summary_table(plain(reports))
-
-
 class FilterModule:
     def filters(self):
-        return {"preflight_report": preflight_report, "preflight_summary": preflight_summary}
+        return {"preflight_report": preflight_report}

@@ -49,12 +49,6 @@ def requests_in_flight(metrics):
         raise AnsibleFilterError(str(error)) from None
 
 
-def strip_secrets(texts):
-    if isinstance(texts, str):
-        return _upgrade.strip_secrets(texts)
-    return [_upgrade.strip_secrets(str(text)) for text in texts]
-
-
 class FilterModule:
     def filters(self):
-        return {"requests_in_flight": requests_in_flight, "strip_secrets": strip_secrets}
+        return {"requests_in_flight": requests_in_flight}

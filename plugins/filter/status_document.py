@@ -57,12 +57,6 @@ def status_document(plan, units, health, router):
     return _status.status_document(plain(plan), plain(units), plain(health), plain(router))
 
 
-def status_table(document):
-    if not isinstance(document, dict) or "pipelines" not in document:
-        raise AnsibleFilterError("status_table expects a status_document")
-    return _status.status_table(plain(document))
-
-
 class FilterModule:
     def filters(self):
-        return {"status_document": status_document, "status_table": status_table}
+        return {"status_document": status_document}

@@ -69,7 +69,7 @@ def _dotted_strings(value, found: set) -> None:
 def _import(path: str):
     import importlib
 
-    module_name, _, attribute = path.rpartition(".")
+    module_name, _sep, attribute = path.rpartition(".")
     module = importlib.import_module(module_name)
     if not hasattr(module, attribute):
         raise AttributeError(f"module {module_name} has no attribute {attribute}")
@@ -297,4 +297,4 @@ def parse_answer(stdout: str) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

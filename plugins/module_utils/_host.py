@@ -20,7 +20,7 @@ def owner_unit(cgroup_text: str, own_units: list[str]) -> str | None:
     """
     for match in UNIT_IN_CGROUP.finditer(cgroup_text):
         unit = match.group(1)
-        prefix, at, _ = unit.partition("@")
+        prefix, at, _sep = unit.partition("@")
         if unit in own_units or (at and f"{prefix}@.service" in own_units):
             return unit
     return None
@@ -47,7 +47,7 @@ def parse_proc_net_tcp(text: str, ipv6: bool = False) -> list[dict]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != "0A":  # 0A = TCP_LISTEN
             continue
-        hex_address, _, hex_port = fields[1].partition(":")
+        hex_address, _sep, hex_port = fields[1].partition(":")
         address = _ipv6(hex_address) if ipv6 else _ipv4(hex_address)
         if address in ("0.0.0.0", "::"):  # noqa: S104 - describing a socket, not binding one
             address = "0.0.0.0" if not ipv6 else "::"  # noqa: S104

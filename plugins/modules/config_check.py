@@ -60,8 +60,9 @@ attributes:
     description: Runs the same read-only check.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""

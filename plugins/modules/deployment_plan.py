@@ -9,7 +9,7 @@ module: deployment_plan
 short_description: Validate the inventory and set the vLLM-Omni deployment plan as a fact
 version_added: 0.1.0
 description:
-  - Runs the planner (the same code as the M(vllm_omni.serve.plan) filter) on the controller over the
+  - Runs the planner (the same code as the P(vllm_omni.serve.plan#filter) filter) on the controller over the
     hosts of groups C(vllm_omni) and C(vllm_omni_router), and sets the fact C(vllm_omni_plan).
   - On bad input the task fails with one message listing every problem (host, variable, fix);
     nothing else runs and no host is touched.
@@ -27,8 +27,9 @@ attributes:
     description: Computes the plan the same way; changes nothing in any mode.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""
@@ -40,7 +41,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(vllm_omni_plan), the plan (see the M(vllm_omni.serve.plan) filter for its keys).
+  description: C(vllm_omni_plan), the plan (see the P(vllm_omni.serve.plan#filter) filter for its keys).
   type: dict
   returned: success
 summary:

@@ -43,8 +43,9 @@ attributes:
     description: Only reads.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""

@@ -10,7 +10,7 @@ short_description: Read what a deployment needs to know about a host before chan
 version_added: 0.1.0
 description:
   - Reads, without changing anything, the host state the preflight checks judge; the judging
-    itself happens on the controller (M(vllm_omni.serve.preflight_report) filter) so it can be
+    itself happens on the controller (P(vllm_omni.serve.preflight_report#filter) filter) so it can be
     unit-tested and shown in one table.
   - Listening TCP sockets, read from C(/proc/net/tcp*) (no C(ss) needed), with the process and, for this
     collection's own services, the systemd unit that owns them; free disk below given paths, PID 1's locked-memory limit, clock
@@ -39,8 +39,9 @@ attributes:
     description: Only reads.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""
@@ -73,7 +74,13 @@ rdma_devices:
   elements: str
   returned: always
 python_version:
-  description: The host's C(python3) version as major.minor.
+  description:
+    - The version of C(/usr/bin/python3) (the interpreter every venv is made from) as major.minor,
+      or null when it does not run.
+  type: str
+  returned: always
+machine:
+  description: The host's architecture as Python's C(platform.machine()) names it (C(x86_64), C(aarch64)).
   type: str
   returned: always
 nft:
@@ -83,10 +90,12 @@ nft:
 """
 
 import os
+import platform
 import shutil
-import sys
 
 from ansible.module_utils.basic import AnsibleModule
+
+HOST_PYTHON = "/usr/bin/python3"
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_proc_net_tcp
 
@@ -161,20 +170,21 @@ def main():
         clock = True
     elif timedatectl:
         # timedated is D-Bus activated; where it cannot start (containers) timedatectl waits 25 s.
-        rc, out, _ = module.run_command(["timeout", "5", timedatectl, "show", "-p", "NTPSynchronized", "--value"],
-                                        environ_update=LOCALE)
+        ntp = ["timeout", "5", timedatectl, "show", "-p", "NTPSynchronized", "--value"]
+        rc, out, _unused = module.run_command(ntp, environ_update=LOCALE)
         if rc == 0 and out.strip() in ("yes", "no"):
             clock = out.strip() == "yes"
     rdma = None
     if module.params["rdma"]:
         ibv = module.get_bin_path("ibv_devices")
         if ibv:
-            rc, out, _ = module.run_command([ibv], environ_update=LOCALE)
+            rc, out, _unused = module.run_command([ibv], environ_update=LOCALE)
             rdma = [line.split()[0] for line in out.splitlines()[2:] if line.strip()] if rc == 0 else []
-    rc, out, _ = module.run_command(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-    python = out.strip() if rc == 0 else f"{sys.version_info[0]}.{sys.version_info[1]}"
+    # The venvs are made from /usr/bin/python3 (python_venv_python), not from whatever runs this module.
+    rc, out, _unused = module.run_command([HOST_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+    python = out.strip() if rc == 0 and out.strip() else None
     module.exit_json(changed=False, listening=listening, disk=disk, memlock_hard=memlock_hard(),
-                     clock_synchronized=clock, rdma_devices=rdma, python_version=python,
+                     clock_synchronized=clock, rdma_devices=rdma, python_version=python, machine=platform.machine(),
                      systemd=os.path.isdir("/run/systemd/system"),
                      nft=module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]))
 

@@ -17,7 +17,7 @@ description:
   - Output is deterministic; rendering the same plan twice changes nothing.
 options:
   plan:
-    description: The plan from the M(vllm_omni.serve.plan) filter.
+    description: The plan from the P(vllm_omni.serve.plan#filter) filter.
     type: dict
     required: true
   dest:
@@ -30,8 +30,9 @@ attributes:
     description: Reports which files would change; writes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""
@@ -72,7 +73,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec={"plan": {"type": "dict", "required": True},
-                                          "dest": {"type": "path", "required": True}})
+                                          "dest": {"type": "path", "required": True}},
+                           supports_check_mode=True)  # the action plugin honours check mode
     module.fail_json(msg="vllm_omni.serve.render_plan runs on the controller through its action plugin; "
                          "call it from a play, not with ansible -m")
 

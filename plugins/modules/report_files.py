@@ -27,8 +27,9 @@ attributes:
     description: Writes the reports in check mode too; they describe, they do not change hosts.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""

@@ -36,8 +36,9 @@ attributes:
     description: Reads only.
   diff_mode:
     support: none
+    description: Shows no diff.
 author:
-  - vllm_omni.serve contributors
+  - vllm_omni.serve contributors (@vllm-omni-serve)
 """
 
 EXAMPLES = r"""

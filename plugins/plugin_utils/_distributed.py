@@ -108,12 +108,12 @@ def span(spares: list[Spare], tp: int, replicas: dict[str, int]) -> tuple[list[l
         for spare in by_group[group]:
             carved = tp_groups(spare.gpus, tp, spare.facts)
             slots += [(spare.host, gpus, locality) for gpus, locality in carved]
-            in_groups = {g for gpus, _ in carved for g in gpus}
+            in_groups = {g for gpus, _unused in carved for g in gpus}
             leftovers[spare.host] = [g for g in spare.gpus if g not in in_groups]
         complete = len(slots) // per_pipeline
         for i in range(complete):
             pipelines.append(_engines(slots[i * per_pipeline:(i + 1) * per_pipeline], replicas))
-        for host, gpus, _ in slots[complete * per_pipeline:]:
+        for host, gpus, _unused in slots[complete * per_pipeline:]:
             leftovers[host] = sorted(leftovers[host] + list(gpus))
         unused.update({host: gpus for host, gpus in leftovers.items() if gpus})
     return pipelines, unused

@@ -147,8 +147,8 @@ def ruleset_text(plan: dict, host: str) -> str:
     for rule in rules:
         if rule["clients_from"] and rule["clients"]:
             named[rule["clients_from"]] = rule["clients"]
-    pipeline_sets = {key: f"pipeline_peers_{n}" for n, key in enumerate(firewall["per_host"].get(host, {})
-                                                                         .get("pipeline_peers", {}))}
+    pipeline_peers = firewall["per_host"].get(host, {}).get("pipeline_peers", {})
+    pipeline_sets = {key: f"pipeline_peers_{n}" for n, key in enumerate(pipeline_peers)}
     for key, set_name in pipeline_sets.items():
         addresses = firewall["per_host"][host]["pipeline_peers"][key]
         lines += [f"  # the hosts of distributed pipeline {key}",

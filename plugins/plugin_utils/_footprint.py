@@ -123,7 +123,7 @@ def _sysctl(host: str) -> dict:
 
 def _engine_part(plan: dict, host: str) -> dict:
     paths = plan["paths"]
-    user, group, _ = ENGINE_ACCOUNT
+    user, group, _unused = ENGINE_ACCOUNT
     pipelines = plan["hosts"][host]["pipelines"]
     directories = [
         _directory(paths["config_root"], "engine", group=group, mode="0750"),
@@ -312,8 +312,10 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
     """
     firewall = plan["firewall"]
     monitoring = plan["monitoring"]
-    hosts = plan["hosts"] if host in monitoring.get("per_host", {}) else {h: plan["hosts"][h] for h in (host,)
-                                                                         if h in plan["hosts"]}
+    if host in monitoring.get("per_host", {}):
+        hosts = plan["hosts"]
+    else:
+        hosts = {host: plan["hosts"][host]} if host in plan["hosts"] else {}
     own_firewall = {key: value for key, value in firewall.items() if key not in ("per_host", "peers")}
     own_firewall["per_host"] = {host: firewall["per_host"][host]} if host in firewall.get("per_host", {}) else {}
     # The peer list only where the peers file is rendered: it is the one deployment-wide part.

@@ -98,7 +98,7 @@ def engine_template_unit(plan: dict) -> str:
 
 
 def router_unit(plan: dict, host: str) -> str:
-    user, group, _ = _footprint.ROUTER_ACCOUNT
+    user, group, _unused = _footprint.ROUTER_ACCOUNT
     return _unit(
         [f"{_footprint.unit_path(_footprint.ROUTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
          "vllm-router in front of every pipeline of the plan. Clients authenticate with the API key the",
@@ -199,7 +199,7 @@ def frontdoor_config(plan: dict, host: str) -> str:
 
 
 def master_unit(plan: dict, host: str) -> str:
-    user, group, _ = _footprint.MASTER_ACCOUNT
+    user, group, _unused = _footprint.MASTER_ACCOUNT
     return _unit(
         [f"{_footprint.unit_path(_footprint.MASTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
          "mooncake_master for Mooncake store connectors, bound to this host's address. The embedded HTTP",

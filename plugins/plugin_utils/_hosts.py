@@ -127,7 +127,7 @@ def host_value(host: str, variables: dict, name: str, problems: Problems):
 
 def host_ip(host: str, variables: dict, problems: Problems) -> str | None:
     if "vllm_omni_ip" in variables:
-        ip, _ = host_value(host, variables, "vllm_omni_ip", problems)
+        ip, _unused = host_value(host, variables, "vllm_omni_ip", problems)
         return ip
     candidate = variables.get("ansible_host", host)
     try:
@@ -199,7 +199,7 @@ def host_gpus(host: str, variables: dict, facts: dict | None, deployment: Deploy
         return None
     declared = None
     if "vllm_omni_gpus" in variables:
-        declared, _ = host_value(host, variables, "vllm_omni_gpus", problems)
+        declared, _unused = host_value(host, variables, "vllm_omni_gpus", problems)
         if declared is None:
             return None
     if facts is None:
@@ -289,11 +289,10 @@ def _engine_host(host: str, variables: dict, facts: dict | None, deployment: Dep
     if count is None or not _ports_fit(host, _most_processes(found.gpus, count, wanted, deployment), deployment,
                                        groups, problems):
         return None
-    group, _ = host_value(host, variables, "vllm_omni_span_group", problems)
+    group, _unused = host_value(host, variables, "vllm_omni_span_group", problems)
     return HostPlan(gpus=found.gpus, gpu_source=found.source, skipped=found.skipped, count=count, wanted=wanted,
                     count_source=wanted_source, ip_source="inventory" if "vllm_omni_ip" in variables else "ansible_host",
                     facts=facts, span_group=group or "all")
-
 
 
 def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: Deployment,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from . import _distributed, _engine_data, _footprint, _placement, _stage_config
+from . import _distributed, _engine_data, _footprint, _locks, _placement, _stage_config
 from ._engine_data import EngineVersion
 
 # Unit names and paths belong to _footprint; kept importable here for older callers.
@@ -240,21 +240,22 @@ def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, p
 
 
 def backend(settings: dict, engine: EngineVersion) -> dict:
-    """What runs the pipelines: the packages of its venv, the venv, and the KV connector the engine role installs."""
+    """What runs the pipelines: the packages of its venv (and their lock), the venv, and the KV connector the
+    engine role installs."""
     root = settings["vllm_omni_install_root"]
     if settings["vllm_omni_engine_backend"] == "simulator":
         version = _engine_data.companions()["xpyd_sim"]
-        return {"name": "simulator", "packages": [f"xpyd-sim=={version}"], "venv": f"{root}/venvs/xpyd-sim-{version}",
+        return {"name": "simulator", "packages": _locks.simulator_packages(),
+                "lock": _locks.lock_entry(_locks.simulator_lock()), "venv": f"{root}/venvs/xpyd-sim-{version}",
                 "stand_in": True, "kv_connector": None}
-    packages = [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"]
+    pd = settings["vllm_omni_layout"] == "pd"
     kv_connector = None
-    if settings["vllm_omni_layout"] == "pd":
-        packages.append(mooncake_package(engine.wheel_cuda_major))
-        if engine.kv_connector:
-            # The engine role copies roles/engine/files/<file> into the venv's site-packages.
-            kv_connector = {**engine.kv_connector, "file": f"{engine.kv_connector['module']}.py"}
-    return {"name": "engine", "packages": packages, "venv": f"{root}/venvs/vllm-omni-{engine.version}",
-            "stand_in": False, "kv_connector": kv_connector}
+    if pd and engine.kv_connector:
+        # The engine role copies roles/engine/files/<file> into the venv's site-packages.
+        kv_connector = {**engine.kv_connector, "file": f"{engine.kv_connector['module']}.py"}
+    return {"name": "engine", "packages": _locks.engine_packages(engine, pd),
+            "lock": _locks.lock_entry(_locks.engine_lock(engine, pd)),
+            "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False, "kv_connector": kv_connector}
 
 
 def mooncake_package(cuda_major: int | None) -> str:
@@ -330,7 +331,8 @@ class PipelineBuilder:
     """Builds every pipeline of one plan, and keeps the stage-config documents pipelines can share."""
 
     def __init__(self, deployment: Deployment):
-        assert deployment.engine is not None  # a refused version or layout stops planning before pipelines
+        if deployment.engine is None:  # a refused version or layout stops planning before pipelines
+            raise ValueError("pipelines planned for a deployment without a supported engine")
         self.deployment = deployment
         self.backend = backend(deployment.settings, deployment.engine)
         self._documents: dict[str, dict] = {}

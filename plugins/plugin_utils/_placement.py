@@ -148,7 +148,7 @@ def _place(gpus: list[int], count: int, tp: int, layout: str, facts: dict | None
     topology = Topology(facts)
     pool = sorted(gpus, key=topology.order_key)
     placed = []
-    for _ in range(count):
+    for _round in range(count):
         (cost, _used, _first), groups, talker = _best_pipeline(pool, tp, separate_pd, talker_gpu, topology)
         roles = ["prefill", "decode"] if separate_pd else ["prefill + decode"] if pd else ["thinker"]
         explain = [f"{role} GPUs {list(group)}: {topology.describe(group)}" for role, group in zip(roles, groups,

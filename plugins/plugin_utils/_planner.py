@@ -21,8 +21,22 @@ ranges) and ``_pipelines`` (one pipeline's stages, environment, argv and stage c
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 
-from . import _distributed, _engine_data, _firewall, _footprint, _hardening, _hosts, _pipelines, _ports, _services, _validate
+from . import (
+    _distributed,
+    _engine_data,
+    _firewall,
+    _footprint,
+    _hardening,
+    _hosts,
+    _locks,
+    _pipelines,
+    _ports,
+    _services,
+    _validate,
+)
 from ._hosts import ENGINE_GROUP, HOSTNAME_PATTERN, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, HostGroups, HostPlan
 from ._pipelines import OWNED_ENV, PIPELINE_DROPIN, SYSTEMD_UNIT_DIR, UPSTREAM_FLAGS, Deployment, mooncake_package
 from ._ports import EPHEMERAL_PORTS, MOONCAKE_PORTS_PER_KV_WORKER
@@ -119,14 +133,14 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
     distributed.update(_whole_distributed(entries, set(distributed), builder.backend["stand_in"]))
     worker_urls = [entry["url"] for host in engine_hosts for entry in entries[host]
                    if entry.get("process", "single") in ("single", "head")]
-    if distributed and builder.backend["stand_in"]:
-        # The simulator's head is vllm-router in PD mode: it joins the stand-in's venv.
-        builder.backend["packages"].append(f"vllm-router=={_engine_data.companions()['vllm_router']}")
     return {
         "schema": PLAN_SCHEMA,
+        "deployment_id": deployment_id(engine_hosts, ips),
         "layout": deployment.layout,
         "paths": _footprint.fixed_paths(settings),
-        "installer": {"uv": _engine_data.companions()["uv"]},
+        # uv installs every venv on the hosts; each venv's wheels are locked and hash-checked (data/locks/).
+        "installer": {"uv": _engine_data.companions()["uv"], "uv_lock": _locks.lock_entry(_locks.uv_lock()),
+                      "lock_target": dict(_locks.TARGET)},
         "engine": {
             "vllm_omni_version": engine.version,
             "vllm_version": engine.vllm,
@@ -160,6 +174,13 @@ def _check_every_host_used(plan: dict, host_plans: dict[str, HostPlan], deployme
                      f"of span group {group!r} do not add up to another pipeline",
                      f"give the host more GPUs, add hosts with spare GPUs to span group {group!r} "
                      "(vllm_omni_span_group), or take the host out of group vllm_omni")
+
+
+def deployment_id(engine_hosts: list[str], ips: dict[str, str | None]) -> str:
+    """A name for this deployment that stays the same run after run and differs between inventories: the
+    controller keys its reports by it (reports/<deployment_id>/), so two inventories never overwrite each other."""
+    digest = hashlib.sha256(json.dumps(sorted((h, ips.get(h)) for h in engine_hosts)).encode()).hexdigest()[:10]
+    return f"{sorted(engine_hosts)[0]}-{digest}"
 
 
 def _spanning_pipelines(builder: _pipelines.PipelineBuilder, deployment: Deployment,

@@ -83,6 +83,19 @@ def _disk(plan: dict, disk: dict, backend: str) -> list[dict]:
     return checks
 
 
+def _python_check(plan: dict, facts: dict) -> dict:
+    """Every host gets venvs built from /usr/bin/python3 out of the collection's locked wheel sets, which are
+    made for one Python and architecture (the plan's installer.lock_target): another would find no wheel."""
+    target = plan["installer"]["lock_target"]
+    python, machine = facts.get("python_version"), facts.get("machine")
+    seen = f"/usr/bin/python3 is {python or 'missing'} on {machine}"
+    if python == target["python"] and machine == target["machine"]:
+        return _check("python", "ok", f"/usr/bin/python3 {python} on {machine}")
+    return _check("python", "fail", seen,
+                  f"the collection's locked wheels (data/locks/) are for CPython {target['python']} on {target['machine']} "
+                  f"(Debian 12): use such a host, or install Python {target['python']} as /usr/bin/python3")
+
+
 def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict:
     """The preflight report of one host."""
     backend = plan["backend"]["name"]
@@ -91,14 +104,7 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
     checks.append(_check("systemd", "ok" if facts.get("systemd") else "fail",
                          "systemd is PID 1" if facts.get("systemd") else "this host does not run systemd",
                          "" if facts.get("systemd") else "the collection runs every service as a systemd unit"))
-    python = tuple(int(p) for p in str(facts.get("python_version", "0.0")).split(".")[:2])
-    if engine_host and backend == "engine" and not (3, 10) <= python < (3, 14):
-        checks.append(_check("python", "fail", f"python3 is {facts.get('python_version')}",
-                             "vLLM-Omni needs Python 3.10-3.13: install one as /usr/bin/python3"))
-    elif python < (3, 10):
-        checks.append(_check("python", "fail", f"python3 is {facts.get('python_version')}", "install Python 3.10 or newer"))
-    else:
-        checks.append(_check("python", "ok", f"python3 {facts.get('python_version')}"))
+    checks.append(_python_check(plan, facts))
     if engine_host:
         wheel = plan["engine"]
         if gpu_facts:

@@ -243,7 +243,7 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
             cache["prometheus"] = _observability.prometheus_files(plan, plan["monitoring"]["targets_dir"])
         return cache["prometheus"][key.removeprefix("prometheus/")]
     local = key.removeprefix(f"{host}/")
-    kind, _, name = local.partition("/")
+    kind, _sep, name = local.partition("/")
     if local == _firewall.RENDER_RULESET_FILE:
         return _firewall.ruleset_text(plan, host)
     if kind == "systemd" and name.startswith("nftables.service.d/"):

@@ -10,7 +10,7 @@ only install and start what the plan says.
 
 from __future__ import annotations
 
-from . import _engine_data, _footprint
+from . import _engine_data, _footprint, _locks
 
 
 def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
@@ -96,6 +96,7 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
         "unit": _footprint.ROUTER_UNIT,
         "shape_file": _footprint.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
         "package": f"vllm-router=={version}",
+        "lock": _locks.lock_entry(_locks.router_lock()),
         "venv": venv,
         "port": port,
         "metrics_port": metrics,
@@ -138,6 +139,7 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
         "defaulted": defaulted,
         "unit": MASTER_UNIT,
         "package": f"{variant['package']}=={variant['version']}",
+        "lock": _locks.lock_entry(_locks.master_lock()),
         "venv": venv,
         "rpc_port": rpc,
         "metrics_port": http,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def check_float(value: Any, name: str, low: float, high: float, low_open: bool =
         value = float(value)
     except OverflowError:
         raise SettingError(f"is {show(value)}, far outside [{low}, {high}]", f"choose a number in [{low}, {high}]") from None
-    if value != value or (value <= low if low_open else value < low) or value > high:
+    if math.isnan(value) or (value <= low if low_open else value < low) or value > high:
         bracket = "(" if low_open else "["
         raise SettingError(f"is {value}, must be in {bracket}{low}, {high}]", f"choose a number in {bracket}{low}, {high}]")
     return value
@@ -411,7 +412,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_tensor_parallel_size", DEPLOYMENT, 1, "int (1, 2, 4, 8)",
             "Tensor-parallel size of the thinker stages (prefill and decode alike: the engine refuses "
             "unequal sizes). Talker and code2wav share one further GPU.",
-            lambda v, n: _check_tp(v, n)),
+            # _check_tp is defined below this table: the lambda looks it up when a value is checked.
+            lambda v, n: _check_tp(v, n)),  # pylint: disable=unnecessary-lambda
     Setting("vllm_omni_prefill_replicas", DEPLOYMENT, 1, "int",
             "Prefill engines per pd pipeline (xPyD: with vllm_omni_decode_replicas the prefill:decode ratio). Above "
             "1, the pipeline's stages run as processes of their own (a head and headless stages; "

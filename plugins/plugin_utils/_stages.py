@@ -87,7 +87,7 @@ ENGINE_ARGS = {
     "dtype": lambda v, n: check_choice(v, n, ("auto", "bfloat16", "float16", "half", "float32", "float")),
     "kv_cache_dtype": lambda v, n: check_choice(v, n, ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     "quantization": lambda v, n: check_str(v, n, r"[a-z0-9_-]{1,32}", "a quantization method name", "fp8"),
-    "block_size": lambda v, n: _block_size(v, n),
+    "block_size": _block_size,
     "seed": _int(0, 2**32 - 1),
     # dummy: random weights, nothing downloaded (rehearsals, benchmarks of the serving path, tests).
     "load_format": lambda v, n: check_choice(v, n, ("auto", "safetensors", "pt", "dummy", "fastsafetensors")),

@@ -31,5 +31,5 @@ def requests_in_flight(metrics: str) -> int:
 
 def strip_secrets(text: str) -> str:
     """An engine.env as rendered (the host-only secrets block removed)."""
-    head, _, _ = text.partition(SECRETS_MARKER + "\n")
+    head, _sep, _rest = text.partition(SECRETS_MARKER + "\n")
     return head

@@ -434,7 +434,7 @@ def check_gpu_memory(deployment: Deployment, problems: Problems) -> None:
         for device in stage["devices"].split(","):
             per_device.setdefault(device, []).append((stage["role"], share))
     for device, claims in sorted(per_device.items()):
-        total = round(sum(share for _, share in claims), 4)
+        total = round(sum(share for _unused, share in claims), 4)
         if len(claims) > 1 and total > GPU_MEMORY_BUDGET:
             listed = " + ".join(f"{role} {share:g}" for role, share in claims)
             problems.add(ALL_HOSTS, "vllm_omni_stage_engine_args",

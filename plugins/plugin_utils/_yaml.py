@@ -97,7 +97,8 @@ def _emit(value, pad: str, lead: str, out: list[str]) -> None:
     by_type = _BY_TYPE
     if isinstance(value, dict):
         for key, item in value.items():
-            key_text = _string(key) if type(key) is str else _key(key)
+            # Exactly str: str subclasses (Ansible's tagged strings) take the general path.
+            key_text = _string(key) if type(key) is str else _key(key)  # pylint: disable=unidiomatic-typecheck
             text = by_type.get(type(item))
             if text is not None:
                 out.append(f"{lead}{key_text}: {text(item)}")

@@ -101,7 +101,7 @@ def _mark(request, version: str, case: str) -> None:
 
 @pytest.mark.parametrize("case", list(INVENTORIES))
 def test_engine_loads_every_pipeline_as_planned(request, case, checked, renders):
-    plan, _ = renders[case]
+    plan, _unused = renders[case]
     _mark(request, plan["engine"]["vllm_omni_version"], f"{case}: load + imports")
     for pipeline in _pipelines(plan):
         answer = checked[(case, pipeline["host"], pipeline["name"])]

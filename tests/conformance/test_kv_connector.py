@@ -25,7 +25,7 @@ PD_VERSIONS = [v for v in supported_versions() if support_table()[v].kv_connecto
 @pytest.fixture(scope="module", params=PD_VERSIONS)
 def probe(request, engines):
     version = request.param
-    venv, _ = engines[version]
+    venv, _unused = engines[version]
     result = subprocess.run([str(venv / "bin" / "python"), str(PROBE)], capture_output=True, text=True, timeout=600,
                             check=False, env={**os.environ, "VLLM_MOONCAKE_BOOTSTRAP_PORT": "9123"})
     log = OUTPUT / version / "kv_connector_probe.log"
@@ -50,14 +50,14 @@ def test_vllm_loads_our_class_from_the_rendered_names(probe):
 
 def test_stock_connector_hands_nothing_back(probe):
     """The upstream behaviour the module exists for; when this fails, vLLM fixed it: re-check the need."""
-    _, result = probe
+    _unused, result = probe
     assert result["cases"]["stock/length_capped"]["returned"] is None
     assert result["cases"]["stock/length_capped"]["delay_free_blocks"] is True
 
 
 @pytest.mark.parametrize("case", ["length_capped", "two_groups", "eos_first_token"])
 def test_completed_prefill_hands_the_request_id_back_and_sends_its_kv(probe, case):
-    _, result = probe
+    _unused, result = probe
     ours = result["cases"][f"ours/{case}"]
     # With the prefill engine's own bootstrap address and engine id: the orchestrator lays them over the ones
     # it derives from the head's config, so decode pulls from the prefill engine that ran the request.
@@ -71,7 +71,7 @@ def test_completed_prefill_hands_the_request_id_back_and_sends_its_kv(probe, cas
 
 
 def test_eos_first_token_keeps_its_status_and_differs_from_stock(probe):
-    _, result = probe
+    _unused, result = probe
     assert result["cases"]["ours/eos_first_token"]["status_after"] == "FINISHED_STOPPED"
     stock = result["cases"]["stock/eos_first_token"]
     assert stock["returned"] is None and stock["not_processed"] == ["xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d"]
@@ -79,12 +79,12 @@ def test_eos_first_token_keeps_its_status_and_differs_from_stock(probe):
 
 @pytest.mark.parametrize("case", ["aborted", "no_kv_params"])
 def test_other_requests_keep_vllms_behaviour(probe, case):
-    _, result = probe
+    _unused, result = probe
     assert result["cases"][f"ours/{case}"] == result["cases"][f"stock/{case}"]
 
 
 def test_hand_off_and_receipt_are_logged_for_the_collections_checks_only(probe):
-    _, result = probe
+    _unused, result = probe
     assert len(result["prefill_log"]) == 3
     decode_log = [line for line in result["cases"]["ours/decode_pull"]["log"] if _pd_evidence.PD_EVENT in line]
     assert result["cases"]["ours/decode_pull"]["pending_after"] == 0
@@ -96,6 +96,6 @@ def test_hand_off_and_receipt_are_logged_for_the_collections_checks_only(probe):
 
 
 def test_import_refuses_a_vllm_it_was_not_written_for(probe):
-    _, result = probe
+    _unused, result = probe
     assert result["guard"]["rc"] != 0
     assert "is written for vLLM" in result["guard"]["last_line"]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the offline payload that lets the real vLLM 0.26.0 engine run on the device machine.
 
 The device machine (one H200, Ubuntu 24.04, Python 3.12.3 with torch 2.11.0+cu130) has no package

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Serve the collection's own renders with the real engine on the device machine, and measure.
 
 Run on the device machine (one H200, no network) by ``tests/device/pd_serving.sh run``, after
@@ -78,7 +77,7 @@ def read_env(path: Path) -> dict[str, str]:
     for line in path.read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         env[key.strip()] = value.strip().removeprefix('"').removesuffix('"')
     return env
 
@@ -215,7 +214,7 @@ class Engine:
             if self.process.poll() is not None:
                 return {"ready": False, "why": f"exited with {self.process.returncode}",
                         "seconds": round(time.monotonic() - self.started, 1)}
-            status, _ = http("GET", url, key=None, timeout=5)
+            status, _unused = http("GET", url, key=None, timeout=5)
             if status == 200:
                 return {"ready": True, "seconds": round(time.monotonic() - self.started, 1)}
             if "initialization failed" in self.text():
@@ -225,7 +224,7 @@ class Engine:
         return {"ready": False, "why": f"no /health 200 within {timeout:.0f}s", "seconds": timeout}
 
     def alive(self) -> dict:
-        status, _ = http("GET", self.pipeline["url"] + "/health", key=None, timeout=10)
+        status, _unused = http("GET", self.pipeline["url"] + "/health", key=None, timeout=10)
         return {"process_running": self.process.poll() is None, "health": status}
 
     def stop(self) -> None:
@@ -475,8 +474,8 @@ def main() -> int:
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     results.setdefault("machine", nvidia_smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"))
     for spec in args.scenarios:
-        name, _, rest = spec.partition("=")
-        render, _, flag = rest.partition(":")
+        name, _sep, rest = spec.partition("=")
+        render, _sep, flag = rest.partition(":")
         results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock")
         results_path.write_text(json.dumps(results, indent=1, default=str))
     # Logs come back as one file (the device tool returns a handful): the tail of each, whole failure lines.

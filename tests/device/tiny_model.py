@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a tiny, weightless Qwen3-Omni model directory for the real vLLM-Omni engine.
 
 Usage (with the engine venv's python, offline once the tokenizer file is cached)::
@@ -655,7 +654,7 @@ def build_tokenizer_json(tiktoken_path: Path) -> str:
     tok = Tokenizer(
         BPE(
             vocab=vocab,
-            merges=[(as_str(left), as_str(right)) for left, right, _ in merges],
+            merges=[(as_str(left), as_str(right)) for left, right, _unused in merges],
             dropout=None,
             unk_token=None,
             continuing_subword_prefix="",
@@ -675,7 +674,7 @@ def build_tokenizer_json(tiktoken_path: Path) -> str:
     # Added tokens go to the next free ids, in order: 151643 onwards.
     for content, special in ADDED_TOKENS:
         tok.add_tokens([AddedToken(content, special=special, normalized=False)])
-    for i, (content, _) in enumerate(ADDED_TOKENS):
+    for i, (content, _unused) in enumerate(ADDED_TOKENS):
         if tok.token_to_id(content) != TIKTOKEN_RANKS + i:
             raise SystemExit(f"{content} did not land at id {TIKTOKEN_RANKS + i}")
     # Compact JSON: the file is ~7 MB either way and compresses to a third.
@@ -852,7 +851,7 @@ def verify_files(outdir: Path) -> None:
     # A random-weight thinker samples anywhere in its 152,064 rows, including
     # the 388 ids past the tokenizer's 151,676: decoding them must not raise.
     rng = random.Random(0)  # noqa: S311 - test data, not secrets
-    noise = [rng.randrange(THINKER_VOCAB) for _ in range(4096)] + list(range(151640, THINKER_VOCAB))
+    noise = [rng.randrange(THINKER_VOCAB) for _round in range(4096)] + list(range(151640, THINKER_VOCAB))
     tok.decode(noise)
     tok.decode(noise, skip_special_tokens=True)
     tok.convert_ids_to_tokens(noise)
@@ -963,7 +962,7 @@ def verify_stages(outdir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument(
         "--thinker-layers",

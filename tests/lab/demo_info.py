@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print the demo's router URL, served model name and the CA file clients trust, from the plan of the lab
 + demo inventories (the front door's CA is the collection's own, on this controller)."""
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The local lab: real systemd hosts in systemd-nspawn machines on a private bridge, reachable over SSH.
 
     lab.py up [--hosts N]     build (or reuse) the rootfs, boot lab-1..lab-N, write inventories/lab/hosts.yml
@@ -61,9 +60,8 @@ def log(message: str) -> None:
     print(f"lab: {message}", flush=True)
 
 
-def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    kwargs.setdefault("check", True)
-    return subprocess.run(argv, **kwargs)
+def run(argv: list[str], check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, **kwargs)
 
 
 def quiet(argv: list[str]) -> subprocess.CompletedProcess:
@@ -239,7 +237,7 @@ def boot(name: str, merged: Path) -> None:
     # Popen returns once the child is past exec's point of no return, but /proc/PID/cmdline reads
     # empty until exec has finished loading systemd-nspawn: on a cold page cache (the first boot after
     # building the rootfs) long enough for nspawn_pid() to take the machine for dead.
-    for _ in range(200):
+    for _round in range(200):
         if nspawn_pid(name) is not None or process.poll() is not None:
             break
         time.sleep(0.05)
@@ -302,7 +300,7 @@ def write_inventory(hosts: list[tuple[str, str]]) -> None:
     for name, ip in hosts:
         lines += [f"    {name}:", f"      ansible_host: {ip}"]
     lines += ["  children:", "    lab:", "      hosts:"]
-    lines += [f"        {name}:" for name, _ in hosts]
+    lines += [f"        {name}:" for name, _unused in hosts]
     INVENTORY.write_text("\n".join(lines) + "\n")
 
 
@@ -313,7 +311,7 @@ def up(count: int, gpu_profile: str | None) -> None:
     ensure_bridge()
     wanted = [(host_name(i), host_ip(i)) for i in range(1, count + 1)]
     for existing in sorted(p.name for p in RUN.glob("lab-*")) if RUN.is_dir() else []:
-        if existing not in {name for name, _ in wanted}:
+        if existing not in {name for name, _unused in wanted}:
             stop(existing)
     started = []
     for index, (name, _ip) in enumerate(wanted, start=1):
@@ -340,7 +338,7 @@ def poweroff(name: str) -> None:
     if init is None or pid is None:
         sys.exit(f"lab: {name} is not running")
     os.kill(init, signal.SIGRTMIN + 4)
-    for _ in range(100):
+    for _round in range(100):
         if nspawn_pid(name) is None:
             break
         time.sleep(0.1)
@@ -355,7 +353,7 @@ def stop(name: str) -> None:
     if init is not None:
         os.kill(init, signal.SIGRTMIN + 4)  # systemd: clean poweroff
     if pid is not None:
-        for _ in range(100):
+        for _round in range(100):
             if nspawn_pid(name) is None:
                 break
             time.sleep(0.1)

@@ -28,6 +28,8 @@ def record(name: str, **measured) -> None:
     found = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
     found[name] = {**measured, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     REPORT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+
+
 ROUTER = "https://10.77.0.11:8000"  # the front door (TLS, key checked); vllm-router itself is on loopback
 ROUTER_ADMIN = "http://127.0.0.1:18000"  # vllm-router's own API, from lab-1 only
 CA_FILE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve") / "tls" / "ca.pem"
@@ -47,7 +49,7 @@ class Load:
 
     def report(self) -> dict:
         self.process.send_signal(signal.SIGTERM)
-        out, _ = self.process.communicate(timeout=120)
+        out, _unused = self.process.communicate(timeout=120)
         return json.loads(out)
 
 
@@ -112,7 +114,7 @@ def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):
     load = Load()
     restarts = int(on("lab-2", "systemctl show -p NRestarts --value vllm-omni@omni0").strip())
     on("lab-2", "kill -9 $(systemctl show -p MainPID --value vllm-omni@omni0)")
-    for _ in range(60):
+    for _round in range(60):
         if int(on("lab-2", "systemctl show -p NRestarts --value vllm-omni@omni0").strip() or 0) > restarts and \
                 on("lab-2", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.12:8091/health") == "200":
             break

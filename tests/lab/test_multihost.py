@@ -57,7 +57,7 @@ def decode_requests() -> int:
 
 
 def test_the_spanning_pipeline_is_planned_across_both_hosts_and_serves(spanning):
-    _, plan = spanning
+    _unused, plan = spanning
     pipeline = plan["distributed_pipelines"]["omni-span0"]
     assert pipeline["hosts"] == ["lab-2", "lab-3"] and pipeline["head"]["url"] == "http://10.77.0.12:8091"
     assert [(e["host"], e["role"], e["headless"]) for e in pipeline["engines"]] == [
@@ -65,11 +65,11 @@ def test_the_spanning_pipeline_is_planned_across_both_hosts_and_serves(spanning)
     assert sorted(plan["worker_urls"]) == ["http://10.77.0.11:8091", "http://10.77.0.12:8091"]
     assert on("lab-3", "systemctl is-active vllm-omni@omni-span0-decode0").strip() == "active"
     before = decode_requests()
-    for _ in range(6):  # round robin over the two pipelines: three reach the spanning one
+    for _round in range(6):  # round robin over the two pipelines: three reach the spanning one
         assert controller_get(f"{ROUTER}/v1/chat/completions", KEY, "POST", CHAT) == 200
     assert decode_requests() - before >= 3, "no request reached the decode stage on the other host"
     playbook("status.yml", spanning[0])
-    document = json.loads((CA_FILE.parents[1] / "reports" / "status.json").read_text())
+    document = json.loads((CA_FILE.parents[1] / "reports" / plan["deployment_id"] / "status.json").read_text())
     rows = {(p["host"], p["pipeline"]): p for p in document["pipelines"]}
     assert rows[("lab-3", "omni-span0-decode0")]["process"] == "headless" and rows[("lab-3", "omni-span0-decode0")]["ok"]
     assert document["ok"], document
@@ -92,7 +92,7 @@ def quiet(host: str) -> None:
 def test_its_ports_open_to_its_own_hosts_only(spanning):
     """Bootstrap, Mooncake and the stage ZMQ slice of the head: lab-3 (the pipeline's) gets in, lab-1 (an
     inventory peer outside the pipeline) does not; the head's API stays open to the router's host."""
-    _, plan = spanning
+    _unused, plan = spanning
     head = next(p for p in plan["hosts"]["lab-2"]["pipelines"] if p["name"] == "omni-span0")
     ports = [head["ports"]["bootstrap"], head["ports"]["mooncake_rpc"][0], head["ports"]["zmq"][0] + 1]
     listening("lab-2", ports)
@@ -108,7 +108,7 @@ def test_its_ports_open_to_its_own_hosts_only(spanning):
 
 
 def test_a_change_on_one_host_restarts_the_whole_pipeline_in_order(spanning):
-    directory, _ = spanning
+    directory, _unused = spanning
     before = {"head": started_at("lab-2", "vllm-omni@omni-span0"),
               "decode": started_at("lab-3", "vllm-omni@omni-span0-decode0"), "omni0": started_at("lab-1", "vllm-omni@omni0")}
     on("lab-3", "echo '# drift' >> /etc/systemd/system/vllm-omni@omni-span0-decode0.service.d/10-pipeline.conf")

@@ -1,40 +1,15 @@
-"""Shared helpers: build planner input the way the playbooks do, from real Ansible inventories."""
+"""Where the unit tests find their helpers (unitlib.py, and testlib.py shared with the conformance suite).
+
+ansible-test units runs pytest with its own configuration, not pyproject.toml's: tests/ (testlib.py,
+shared with the conformance suite) and tests/unit/ (unitlib.py) are put on the path here.
+"""
 
 from __future__ import annotations
 
-import copy
+import sys
+from pathlib import Path
 
-import pytest
-from testlib import REPO, load_ansible_inventory  # noqa: F401  (re-exported for the tests)
+for _path in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
-
-FIXTURES = REPO / "tests" / "fixtures"
-
-
-def inventory(hosts: dict[str, dict], group_vars: dict | None = None, router: list[str] | None = None) -> dict:
-    """Planner input from Python dicts: hosts -> host vars; group_vars apply to every host."""
-    hostvars = {}
-    for name, host_vars in hosts.items():
-        merged = copy.deepcopy(group_vars or {})
-        merged.update(copy.deepcopy(host_vars))
-        hostvars[name] = merged
-    for name in router or []:
-        hostvars.setdefault(name, {"ansible_host": "10.0.9.1"})
-    return {"engine_hosts": list(hosts), "router_hosts": list(router or []), "hostvars": hostvars}
-
-
-def one_host(gpus=(0, 1, 2), ip="10.0.0.11", **settings) -> dict:
-    return inventory({"gpu-a": {"ansible_host": ip, "vllm_omni_gpus": list(gpus)}}, settings)
-
-
-def problems_of(inv: dict) -> list[str]:
-    """The problem lines build_plan reports; fails the test when it plans successfully."""
-    with pytest.raises(PlanError) as caught:
-        build_plan(inv)
-    return [p.line() for p in caught.value.problems]
-
-
-@pytest.fixture
-def plan_of():
-    return build_plan

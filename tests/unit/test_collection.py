@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import tarfile
 
 import pytest
-from conftest import REPO
+import yaml
+from unitlib import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 
@@ -33,17 +36,31 @@ def installed(tmp_path_factory):
 
 
 def test_tarball_ships_the_collection_and_no_tests_or_links(installed):
-    _, tarball, _ = installed
+    _unused, tarball, _unused = installed
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
     assert "plugins/plugin_utils/_planner.py" in names
     assert "data/support.yml" in names and "data/engines/0.26.0.yaml" in names
     assert "playbooks/render.yml" in names
     assert not any(n.startswith(("tests/", ".collection", ".ci/")) for n in names)
+    top = {n.split("/", 1)[0] for n in names}
+    assert top == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "changelogs", "dashboards", "data", "docs",
+                   "inventories", "meta", "playbooks", "plugins", "roles"}, top
+    assert not any(n.startswith("changelogs/fragments") or "__pycache__" in n for n in names)
+    assert "inventories/example/hosts.yml" in names and not any(n.startswith("inventories/lab") for n in names)
+
+
+def test_build_ignore_keeps_out_everything_git_ignores():
+    """A build from a working tree (venvs, caches, renders lying around) ships what a clean clone would."""
+    ignored = yaml.safe_load((REPO / "galaxy.yml").read_text())["build_ignore"]
+    patterns = [line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    missing = [p for p in patterns if p not in ignored and f"**/{p}" not in ignored]
+    assert not missing, f"galaxy.yml build_ignore lacks {missing} (in .gitignore)"
 
 
 def test_installed_render_playbook_matches_the_golden_render(installed, tmp_path):
-    root, _, env = installed
+    root, _unused, env = installed
     out = tmp_path / "render"
     run(["ansible-playbook", "vllm_omni.serve.render", "-i", str(GOLDEN / "pd-1host-8gpu" / "inventory"),
          "-e", f"vllm_omni_render_dir={out}"], root, env)
@@ -53,16 +70,36 @@ def test_installed_render_playbook_matches_the_golden_render(installed, tmp_path
             assert (out / path.relative_to(expected)).read_text() == path.read_text(), path
 
 
-def test_installed_filters_document_themselves(installed):
-    root, _, env = installed
-    for plugin_type, name in (("filter", "plan"), ("filter", "plan_summary"), ("module", "render_plan"),
-                              ("module", "deployment_plan")):
-        result = run(["ansible-doc", "-t", plugin_type, f"vllm_omni.serve.{name}"], root, env)
-        assert "vllm_omni.serve" in result.stdout
+def _defined_filters() -> list[str]:
+    names = []
+    for path in sorted((REPO / "plugins" / "filter").glob("*.py")):
+        names += re.findall(r'"([a-z_]+)": [a-z_]+[,}]', path.read_text().split("class FilterModule", 1)[1])
+    return names
+
+
+def test_every_plugin_and_role_documents_itself_with_its_own_text(installed):
+    """ansible-doc of every filter, module and role shows that plugin's own documentation (not a neighbour's)."""
+    root, _unused, env = installed
+    filters = _defined_filters()
+    assert len(filters) == len(set(filters)) >= 20
+    for path in (REPO / "plugins" / "filter").glob("*.py"):  # one filter per file: its DOCUMENTATION is found
+        assert len(re.findall(r'"[a-z_]+": [a-z_]+[,}]', path.read_text().split("class FilterModule", 1)[1])) == 1, path
+    modules = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+    roles = sorted(p.name for p in (REPO / "roles").iterdir())
+    for plugin_type, names in (("filter", filters), ("module", modules), ("role", roles)):
+        result = run(["ansible-doc", "-t", plugin_type, "--json", *(f"vllm_omni.serve.{n}" for n in names)], root, env)
+        docs = json.loads(result.stdout)
+        assert sorted(docs) == sorted(f"vllm_omni.serve.{n}" for n in names), plugin_type
+        for fqcn, doc in docs.items():
+            if plugin_type == "role":
+                assert doc["entry_points"]["main"]["short_description"], fqcn
+                continue
+            assert fqcn.endswith("." + doc["doc"][plugin_type if plugin_type == "module" else "name"]), (fqcn, doc["doc"])
+            assert doc["doc"]["short_description"] and doc["examples"], fqcn
 
 
 def test_installed_plan_filter_works_in_an_ad_hoc_command(installed):
-    root, _, env = installed
+    root, _unused, env = installed
     result = run(["ansible", "localhost", "-i", str(GOLDEN / "pd-2hosts" / "inventory"), "-m", "ansible.builtin.debug",
                   "-a", "msg={{ (hostvars | vllm_omni.serve.plan(groups)).worker_urls }}"], root, env)
     assert "http://192.168.10.21:9000" in result.stdout and "http://192.168.10.22:9000" in result.stdout

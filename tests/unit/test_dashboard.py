@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import REPO
+from unitlib import REPO
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._observability import JOBS
 

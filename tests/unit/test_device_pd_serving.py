@@ -95,7 +95,7 @@ def test_pd_scenario_serves_measures_and_judges_every_request(rehearsal):
 
 
 def test_stock_connector_control_shows_the_engine_dying(rehearsal):
-    _, results, _ = rehearsal
+    _unused, results, _unused = rehearsal
     stock = results["stock"]
     assert stock["connector"] == "vLLM MooncakeConnector (stock)"
     assert stock["requests"]["first"]["status"] == 500

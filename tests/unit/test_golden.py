@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_ansible_inventory
+from testlib import load_ansible_inventory
+from unitlib import REPO
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import MARKER, render_tree

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
 from testlib import load_ansible_inventory
+from unitlib import REPO
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
 

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Apply each "key = value" of a sysctl file whose live value differs. Prints APPLIED/UNAPPLIED lines.
 # vm.max_map_count counts as satisfied when the live value is already at least as large.
 set -u

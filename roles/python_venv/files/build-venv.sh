@@ -10,16 +10,19 @@ trap 'rm -rf "$TMPDIR"' EXIT
 read -r -a packages <<< "$PYTHON_VENV_PACKAGES"
 index=()
 if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then index=(--no-index --find-links "$PYTHON_VENV_FIND_LINKS"); fi
+# Exactly the lock: every package pinned, every file's sha256 checked (a wheel that is not the locked
+# one is refused), nothing resolved beyond it.
+locked=(--require-hashes --no-deps --requirement "$PYTHON_VENV_LOCK")
 if [ "$PYTHON_VENV_INSTALLER" = uv ]; then
   # Relocatable: entry points find their interpreter relative to themselves, so the rename below is safe.
   "$PYTHON_VENV_UV" venv --quiet --relocatable --python "$PYTHON_VENV_PYTHON" "$new"
-  "$PYTHON_VENV_UV" pip install --quiet --no-cache --python "$new/bin/python" "${index[@]}" "${packages[@]}"
+  "$PYTHON_VENV_UV" pip install --quiet --no-cache --python "$new/bin/python" "${index[@]}" "${locked[@]}"
 else
   # pip venvs are not relocatable: build in place (the old venv is gone while this runs).
   new="$PYTHON_VENV_PATH"
   rm -rf "$new"
   "$PYTHON_VENV_PYTHON" -m venv "$new"
-  "$new/bin/python" -m pip install --quiet --disable-pip-version-check "${index[@]}" "${packages[@]}"
+  "$new/bin/python" -m pip install --quiet --disable-pip-version-check "${index[@]}" "${locked[@]}"
 fi
 "$new/bin/python" - "${packages[@]}" <<'PY'
 import importlib.metadata, sys

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES
+from unitlib import FIXTURES
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu
 from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit

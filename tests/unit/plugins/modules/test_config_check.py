@@ -27,8 +27,8 @@ def module_env(monkeypatch, tmp_path):
     python.chmod(0o755)
     config = tmp_path / "stage_config.yaml"
     config.write_text("stage_args: []\n")
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_ for _ in ()).throw(Exit("exit", kw)))
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_ for _ in ()).throw(Exit("fail", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_never for _never in ()).throw(Exit("exit", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_never for _never in ()).throw(Exit("fail", kw)))
     calls = []
 
     def run(answer=None, stdout=None, rc=0, **args):
@@ -64,27 +64,27 @@ def test_clean_answer_exits_ok_and_passes_the_request(module_env):
 
 
 def test_omitted_expected_pd_is_not_compared(module_env):
-    run, calls, _ = module_env
+    run, calls, _unused = module_env
     run(answer())
     assert "expected_pd" not in calls[0]["request"]
 
 
 def test_problems_fail_with_every_one_named(module_env):
-    run, _, _ = module_env
+    run, _unused, _unused = module_env
     outcome = run(answer(["stage 0: Missing key final_output_type", "x.y cannot be imported"]))
     assert outcome.kind == "fail"
     assert "would not run: stage 0: Missing key final_output_type; x.y cannot be imported" in outcome.result["msg"]
 
 
 def test_engine_that_does_not_answer_fails_with_its_output(module_env):
-    run, _, _ = module_env
+    run, _unused, _unused = module_env
     outcome = run(stdout="Traceback ...\nImportError: libcudart.so.13", rc=1)
     assert outcome.kind == "fail" and "could not run the config check (rc=1)" in outcome.result["msg"]
     assert "stderr tail" in outcome.result["msg"]
 
 
 def test_missing_venv_says_to_install_it_first(module_env, tmp_path):
-    run, calls, _ = module_env
+    run, calls, _unused = module_env
     outcome = run(answer(), venv=str(tmp_path / "nowhere"))
     assert outcome.kind == "fail" and "install the engine venv first" in outcome.result["msg"]
     assert calls == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
-from conftest import FIXTURES, REPO
+from unitlib import FIXTURES, REPO
 
 from ansible_collections.vllm_omni.serve.plugins.modules import nvidia_gpu_facts
 
@@ -20,8 +20,8 @@ class Exit(Exception):
 
 @pytest.fixture
 def run_module(monkeypatch):
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_ for _ in ()).throw(Exit("exit", kw)))
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_ for _ in ()).throw(Exit("fail", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_never for _never in ()).throw(Exit("exit", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_never for _never in ()).throw(Exit("fail", kw)))
 
     def run(data_dir, binary="/usr/bin/nvidia-smi", **params):
         monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: binary)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import FIXTURES, inventory, problems_of
+from unitlib import FIXTURES, inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import inventory, problems_of
 from test_placement import facts
+from unitlib import inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _distributed
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
@@ -57,8 +57,8 @@ def test_the_spanning_pipelines_ports_answer_its_own_hosts_only():
     peers = plan["firewall"]["per_host"]["gpu-b"]["pipeline_peers"]
     assert peers == {"omni-span0": ["10.0.0.12", "10.0.0.13"]}
     rules = {r["purpose"]: r for r in plan["firewall"]["per_host"]["gpu-b"]["rules"]}
-    assert {p for p, r in rules.items() if r.get("pipeline")} == {"mooncake_bootstrap", "mooncake_rpc", "stage_master",
-                                                                    "stage_zmq"}
+    pipeline_only = {p for p, r in rules.items() if r.get("pipeline")}
+    assert pipeline_only == {"mooncake_bootstrap", "mooncake_rpc", "stage_master", "stage_zmq"}
     assert "pipeline" not in rules["api"]  # the head's API: open to the inventory (the router)
     ruleset = render_tree(plan)["gpu-b/firewall.nft"]
     assert "elements = { 10.0.0.12, 10.0.0.13 }" in ruleset and "ip saddr @pipeline_peers_0 accept" in ruleset
@@ -97,20 +97,20 @@ def test_the_four_host_two_to_one_layout():
 
 def test_topology_keeps_each_tp_group_inside_an_nvlink_island():
     groups = _distributed.tp_groups(list(range(8)), 2, facts("pcie-2numa-x8"))
-    assert [g for g, _ in groups] == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    assert all("PIX" in locality for _, locality in groups)
+    assert [g for g, _unused in groups] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert all("PIX" in locality for _unused, locality in groups)
 
 
 def test_a_host_with_a_fixed_pipeline_count_gives_no_gpu_to_spanning_pipelines():
-    inv = inventory({**hosts(3, 1), "gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
-                                             "vllm_omni_pipelines_per_host": 1}}, TEXT)
+    fixed = {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_pipelines_per_host": 1}
+    inv = inventory({**hosts(3, 1), "gpu-a": fixed}, TEXT)
     [line] = problems_of(inv)
     assert line.startswith("host gpu-b: vllm_omni_gpus offers 1 GPU(s) [0], which no pipeline uses")
 
 
 def test_span_groups_keep_pooling_apart():
-    inv = inventory({**hosts(1, 1), "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0],
-                                             "vllm_omni_span_group": "rack-b"}}, TEXT)
+    rack_b = {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0], "vllm_omni_span_group": "rack-b"}
+    inv = inventory({**hosts(1, 1), "gpu-b": rack_b}, TEXT)
     lines = problems_of(inv)
     assert len(lines) == 2 and all("which no pipeline uses" in line for line in lines)
     assert "span group 'rack-b'" in lines[1]

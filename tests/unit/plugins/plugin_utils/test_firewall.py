@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import inventory
+from unitlib import inventory
 
 from ansible_collections.vllm_omni.serve.plugins.filter.firewall_peers import firewall_peers
 from ansible_collections.vllm_omni.serve.plugins.filter.firewall_ruleset import firewall_ruleset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import inventory, one_host
+from unitlib import inventory, one_host
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint, _render
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
@@ -28,12 +28,12 @@ def plan():
 def test_every_host_of_the_plan_has_a_footprint(plan):
     assert sorted(plan["footprint"]) == ["edge-1", "gpu-a", "gpu-b"]
     edge = plan["footprint"]["edge-1"]
-    assert {u["name"] for u in edge["units"]} == {"vllm-omni-router.service", "mooncake-master.service",
-                                                   "vllm-omni-firewall.service"}
+    assert {u["name"] for u in edge["units"]} == {
+        "vllm-omni-router.service", "mooncake-master.service", "vllm-omni-firewall.service"}
     assert {a["user"] for a in edge["accounts"]} == {"vllm-omni-router", "mooncake"}
     gpu_a = plan["footprint"]["gpu-a"]
-    assert [u["name"] for u in gpu_a["units"] if u["component"] == "engine"] == ["vllm-omni@omni0.service",
-                                                                                "vllm-omni@omni1.service"]
+    engine_units = [u["name"] for u in gpu_a["units"] if u["component"] == "engine"]
+    assert engine_units == ["vllm-omni@omni0.service", "vllm-omni@omni1.service"]
     assert plan["paths"]["hf_home"] in [d["path"] for d in gpu_a["directories"] if d["remove"] == "never"]
 
 

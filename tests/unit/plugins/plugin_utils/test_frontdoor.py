@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import inventory, problems_of
+from unitlib import inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import one_host, problems_of
+from unitlib import one_host, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 
@@ -55,7 +55,7 @@ def test_one_gpu_full_pd_puts_all_four_stages_on_it():
 def test_a_user_share_wins_over_the_split_and_the_sum_is_checked():
     plan = build_plan(one_host(gpus=[0], vllm_omni_audio_output=False, vllm_omni_share_gpus=True,
                                vllm_omni_stage_engine_args={"thinker": {"gpu_memory_utilization": 0.15}}))
-    assert [m for _, _, m in stage_memory(only_pipeline(plan)[0])] == [0.15, 0.15]
+    assert [m for _unused, _unused, m in stage_memory(only_pipeline(plan)[0])] == [0.15, 0.15]
     problems = problems_of(one_host(gpus=[0], vllm_omni_audio_output=False, vllm_omni_share_gpus=True,
                                     vllm_omni_stage_engine_args={"decode": {"gpu_memory_utilization": 0.7}}))
     assert len(problems) == 1

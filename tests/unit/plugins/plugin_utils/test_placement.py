@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES, inventory, problems_of
+from unitlib import FIXTURES, inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
@@ -74,7 +74,7 @@ def test_the_real_h200x2_capture_holds_a_text_pd_pipeline_over_its_nvlink():
 
 def test_shared_gpu_pipelines_take_one_gpu_each_in_topology_order():
     plan = plan_with("h200x8-nvswitch", vllm_omni_share_gpus=True)
-    assert [gpus for gpus, _ in placed(plan)] == [[g] for g in range(8)]
+    assert [gpus for gpus, _unused in placed(plan)] == [[g] for g in range(8)]
     explain = plan["hosts"]["gpu-a"]["pipelines"][0]["placement"]["explain"]
     assert "prefill -> decode KV path: the same GPU (Mooncake over loopback TCP)" in explain
     assert "talker + code2wav" not in " ".join(explain)
@@ -112,8 +112,8 @@ def test_declared_gpus_must_exist():
 
 
 def test_driver_too_old_for_the_wheels_is_named():
-    banner = (FIXTURES / "gpu" / "h200x8-nvswitch" / "nvidia-smi.txt").read_text().replace("CUDA Version: 13.0",
-                                                                                            "CUDA Version: 12.4")
+    banner = (FIXTURES / "gpu" / "h200x8-nvswitch" / "nvidia-smi.txt").read_text()
+    banner = banner.replace("CUDA Version: 13.0", "CUDA Version: 12.4")
     path = FIXTURES / "gpu" / "h200x8-nvswitch"
     old = _gpu.build_facts((path / "query-gpu.csv").read_text(), "", banner, (path / "topo-m.txt").read_text(), 1024)
     lines = problems_of(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpu_facts": old}}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import inventory, one_host, problems_of
+from unitlib import inventory, one_host, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
 
@@ -204,11 +204,11 @@ def test_simulator_backend_runs_xpyd_sim_on_the_same_address_and_port():
 
 def test_stage_overrides_apply_by_role_and_thinker_sets_both_thinker_stages_in_pd():
     plan = build_plan(one_host(
-        vllm_omni_stage_engine_args={"thinker": {"max_num_seqs": 8}, "decode": {"max_num_seqs": 32,
-                                                                              "gpu_memory_utilization": 0.85}},
+        vllm_omni_stage_engine_args={"thinker": {"max_num_seqs": 8},
+                                     "decode": {"max_num_seqs": 32, "gpu_memory_utilization": 0.85}},
         vllm_omni_stage_sampling_params={"decode": {"temperature": 0.7}, "talker": {"top_k": 40}},
     ))
-    prefill, decode, talker, _ = pipelines(plan)[0]["stage_config"]["stage_args"]
+    prefill, decode, talker, _unused = pipelines(plan)[0]["stage_config"]["stage_args"]
     assert prefill["engine_args"]["max_num_seqs"] == 8
     assert decode["engine_args"]["max_num_seqs"] == 32
     assert decode["engine_args"]["gpu_memory_utilization"] == 0.85

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import inventory
+from unitlib import inventory
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._preflight import evaluate, summary_table
@@ -17,7 +17,7 @@ def plan(**settings) -> dict:
 
 
 def healthy_facts(**overrides) -> dict:
-    facts = {"systemd": True, "python_version": "3.11", "memlock_hard": "unlimited", "listening": [],
+    facts = {"systemd": True, "python_version": "3.11", "machine": "x86_64", "memlock_hard": "unlimited", "listening": [],
              "clock_synchronized": True, "rdma_devices": None, "nft": "/usr/sbin/nft",
              "disk": {"/opt/vllm-omni": {"checked": "/opt", "free_bytes": 500 * GIB},
                       "/var/lib/vllm-omni/hf": {"checked": "/var", "free_bytes": 500 * GIB}}}
@@ -49,9 +49,16 @@ def test_missing_driver_fails_for_the_engine_but_not_for_the_simulator():
     assert by_name(evaluate(simulator, "gpu-a", healthy_facts(), None))["nvidia driver"]["status"] == "ok"
 
 
-@pytest.mark.parametrize(("version", "status"), [("3.9", "fail"), ("3.14", "fail"), ("3.10", "ok"), ("3.13", "ok")])
-def test_python_range_for_the_engine(version, status):
-    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(python_version=version), GPU))["python"]["status"] == status
+@pytest.mark.parametrize(("python", "machine", "status"), [
+    ("3.11", "x86_64", "ok"), ("3.12", "x86_64", "fail"), ("3.10", "x86_64", "fail"),
+    ("3.11", "aarch64", "fail"), (None, "x86_64", "fail")])
+def test_python_and_architecture_must_be_what_the_locks_are_for(python, machine, status):
+    for backend in ("engine", "simulator"):
+        check = by_name(evaluate(plan(vllm_omni_engine_backend=backend), "gpu-a",
+                                 healthy_facts(python_version=python, machine=machine), GPU))["python"]
+        assert check["status"] == status, (backend, check)
+        if status == "fail":
+            assert "3.11 on x86_64" in check["fix"] and (python or "missing") in check["detail"]
 
 
 def test_a_foreign_process_on_a_planned_port_fails_naming_it():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import REPO, inventory, load_ansible_inventory, one_host, problems_of
+from testlib import load_ansible_inventory
+from unitlib import REPO, inventory, one_host, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import yaml
-from conftest import FIXTURES, one_host
+from unitlib import FIXTURES, one_host
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan

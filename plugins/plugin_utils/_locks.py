@@ -1,0 +1,108 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Locked, hashed host dependencies: one lock file per venv the collection installs (``data/locks/``).
+
+Every venv (an engine version's, the simulator's, the router's, the Mooncake master's, and uv's own
+tools venv) has a lock: every package it holds, pinned, with the sha256 of each file PyPI offers for
+it, made for the hosts' platform (``TARGET``: Debian 12's CPython 3.11 on x86_64, glibc 2.36) with
+``uv pip compile --generate-hashes`` by ``make lock`` (``scripts/lock.py``). The controller downloads
+exactly those wheels for that platform (whatever its own Python and OS), and the hosts install them
+with hash checking: a wheel that is not the one locked is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from . import _engine_data
+
+LOCK_DIR = _engine_data.DATA_DIR / "locks"
+# The hosts the locks are made for (the collection supports Debian 12 hosts).
+TARGET = {
+    "python": "3.11",  # Debian 12's python3
+    "machine": "x86_64",
+    "glibc": "2.36",
+    # uv pip compile --python-platform / pip download --platform, --implementation, --abi
+    "uv_platform": "x86_64-manylinux_2_36",
+    # pip download --platform takes each tag literally: every manylinux tag glibc 2.36 can load.
+    "pip_platforms": [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)]
+    + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"],
+    "implementation": "cp",
+    "abi": "cp311",
+}
+# A lock's header lines (scripts/lock.py writes them).
+INPUTS = "# inputs: "
+FROM_SOURCE = "# from source: "  # pins PyPI has no wheel for on the target: built on the controller (pure Python only)
+
+
+def engine_packages(engine: _engine_data.EngineVersion, pd: bool) -> list[str]:
+    """The engine venv's top-level pins: vLLM and vLLM-Omni together, Mooncake's transfer engine for PD."""
+    packages = [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"]
+    if pd:
+        variant = _engine_data.companions()["mooncake"][f"cuda{engine.wheel_cuda_major}"]
+        packages.append(f"{variant['package']}=={variant['version']}")
+    return packages
+
+
+def engine_lock(engine: _engine_data.EngineVersion, pd: bool) -> str:
+    return f"vllm-omni-{engine.version}{'-pd' if pd else ''}"
+
+
+def simulator_packages() -> list[str]:
+    """xpyd-sim, and vllm-router, which stands in for a distributed pipeline's head."""
+    companions = _engine_data.companions()
+    return [f"xpyd-sim=={companions['xpyd_sim']}", f"vllm-router=={companions['vllm_router']}"]
+
+
+def simulator_lock() -> str:
+    return f"xpyd-sim-{_engine_data.companions()['xpyd_sim']}"
+
+
+def router_packages() -> list[str]:
+    return [f"vllm-router=={_engine_data.companions()['vllm_router']}"]
+
+
+def router_lock() -> str:
+    return f"vllm-router-{_engine_data.companions()['vllm_router']}"
+
+
+def master_packages() -> list[str]:
+    variant = _engine_data.companions()["mooncake"]["none"]
+    return [f"{variant['package']}=={variant['version']}"]
+
+
+def master_lock() -> str:
+    return f"mooncake-master-{_engine_data.companions()['mooncake']['none']['version']}"
+
+
+def uv_packages() -> list[str]:
+    return [f"uv=={_engine_data.companions()['uv']}"]
+
+
+def uv_lock() -> str:
+    return f"uv-{_engine_data.companions()['uv']}"
+
+
+def all_locks() -> dict[str, list[str]]:
+    """Lock name -> top-level pins, for every venv any plan of the supported versions can hold."""
+    locks = {simulator_lock(): simulator_packages(), router_lock(): router_packages(),
+             master_lock(): master_packages(), uv_lock(): uv_packages()}
+    for version in _engine_data.supported_versions():
+        engine = _engine_data.support_table()[version]
+        for pd in sorted({layout == "pd" for layout in engine.layouts}):
+            locks[engine_lock(engine, pd)] = engine_packages(engine, pd)
+    return dict(sorted(locks.items()))
+
+
+@functools.cache
+def lock_entry(name: str) -> dict:
+    """What the plan says of one lock: its file (under data/locks/) and the sha256 of its text.
+
+    The sha256 names the controller's wheel set and is recorded in the venv's marker: a new lock
+    (``make lock``) rebuilds the venv on the next deploy. A lock file that is missing is a collection bug.
+    """
+    path = LOCK_DIR / f"{name}.txt"
+    return {"name": name, "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

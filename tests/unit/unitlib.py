@@ -1,0 +1,41 @@
+"""Helpers the unit tests share: build planner input the way the playbooks do.
+
+Imports nothing from the controller side at load time: ansible-test units runs
+tests/unit/plugins/modules/ with only module code importable. The helpers that plan import the
+planner when called.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def inventory(hosts: dict[str, dict], group_vars: dict | None = None, router: list[str] | None = None) -> dict:
+    """Planner input from Python dicts: hosts -> host vars; group_vars apply to every host."""
+    hostvars = {}
+    for name, host_vars in hosts.items():
+        merged = copy.deepcopy(group_vars or {})
+        merged.update(copy.deepcopy(host_vars))
+        hostvars[name] = merged
+    for name in router or []:
+        hostvars.setdefault(name, {"ansible_host": "10.0.9.1"})
+    return {"engine_hosts": list(hosts), "router_hosts": list(router or []), "hostvars": hostvars}
+
+
+def one_host(gpus=(0, 1, 2), ip="10.0.0.11", **settings) -> dict:
+    return inventory({"gpu-a": {"ansible_host": ip, "vllm_omni_gpus": list(gpus)}}, settings)
+
+
+def problems_of(inv: dict) -> list[str]:
+    """The problem lines build_plan reports; fails the test when it plans successfully."""
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+
+    with pytest.raises(PlanError) as caught:
+        build_plan(inv)
+    return [p.line() for p in caught.value.problems]

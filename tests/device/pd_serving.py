@@ -480,7 +480,7 @@ def main() -> int:
         results_path.write_text(json.dumps(results, indent=1, default=str))
     # Logs come back as one file (the device tool returns a handful): the tail of each, whole failure lines.
     with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
-        for path in sorted(logs.glob("*.log")):
+        for path in sorted(p for p in logs.glob("*.log") if not p.name.endswith(".tail.log")):
             lines = path.read_text(errors="replace").splitlines()
             trimmed = path.with_suffix(".tail.log")
             trimmed.write_text("\n".join([*lines[:60], "... (cut) ...", *lines[-1500:]]) + "\n")

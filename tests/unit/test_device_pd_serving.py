@@ -102,3 +102,35 @@ def test_stock_connector_control_shows_the_engine_dying(rehearsal):
     assert stock["after"]["health"] == 503
     assert any("Missing prefill kv_transfer_params.remote_request_id" in line
                for line in stock["evidence"]["failure_lines"])
+
+
+def test_excerpt_trims_a_device_run_into_a_fixture(tmp_path):
+    """tests/device/excerpt.py: per-token gaps become a count, every error line stays, hand-offs once per kind."""
+    import tarfile
+
+    run = tmp_path / "files_at"
+    run.mkdir()
+    request = {"request_id": "r", "ttft_s": 0.123456789, "itl_s": [0.04] * 31, "text": "x" * 500, "status": 200}
+    (run / "results.json").write_text(json.dumps({"machine": "H200", "pd-text": {"requests": {"short": [request]}}}))
+    log = tmp_path / "pd-text.tail.log"
+    handoff = "vllm_omni.serve PD prefill handed off transfer_id=xfer-chatcmpl-vllm-omni-serve-check-pd-text-short{}-ab"
+    log.write_text("\n".join([
+        "\x1b[0;36m(APIServer pid=1)\x1b[0;0m Launching Orchestrator thread with 2 stages",
+        *(handoff.format(i) for i in range(5)),
+        "noise",
+        "(APIServer pid=1) ERROR 12-01 RuntimeError: [Orchestrator][PD] Missing prefill kv_transfer_params.remote_request_id",
+    ]))
+    with tarfile.open(run / "logs.tar.gz", "w:gz") as archive:
+        archive.add(log, arcname=log.name)
+    dest = tmp_path / "fixture"
+    done = subprocess.run([sys.executable, str(REPO / "tests/device/excerpt.py"), str(run), str(dest)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    trimmed = json.loads((dest / "results.json").read_text())["pd-text"]["requests"]["short"][0]
+    assert trimmed == {"request_id": "r", "ttft_s": 0.1235, "status": 200, "itl_count": 31}
+    lines = (dest / "log-excerpts.txt").read_text().splitlines()
+    assert lines[0].startswith("===== pd-text (8 lines")
+    assert "\x1b" not in "".join(lines)
+    assert sum("handed off" in line for line in lines) == 1  # five short-prompt hand-offs, one kept
+    assert any("Missing prefill kv_transfer_params.remote_request_id" in line for line in lines)
+    assert "noise" not in lines

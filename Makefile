@@ -15,11 +15,13 @@ export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: lock device-payload help tools lab lab-down lab-test demo demo-down molecule test lint unit conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: lock device-payload help tools lab lab-down lab-test demo demo-down molecule test test-checks test-lab lint unit sanity units galaxy conformance conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root); make demo-down"
-	@echo "make test        lint, unit, conformance (real engines) and molecule (lab) tests; installs what it needs"
+	@echo "make test        lint, ansible-test sanity and units, Galaxy's importer, conformance (real engines),"
+	@echo "                 molecule and lab tests; installs what it needs"
+	@echo "make unit        the unit tests with the tool venv's pytest (quick; make units runs them under ansible-test)"
 	@echo "make render INVENTORY=dir OUT=dir   write the plan and every pipeline's files (controller only)"
 	@echo "make docs        regenerate docs/variables.md and the README support matrix"
 	@echo "make bench       planner benchmark (docs/benchmarks.md)"
@@ -29,7 +31,21 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-test: tools lint unit conformance molecule lab-test
+# Two chains side by side on CI's 2 cores: the CPU-only checks (ansible-test, Galaxy's importer) run
+# in the background while conformance and the lab, which spend much of their time waiting on engines
+# and lab machines, stream their output; the checks' output follows at the end. Either failing fails.
+test: tools lint
+	@checks_log=$$(mktemp); \
+	( $(MAKE) --no-print-directory test-checks > "$$checks_log" 2>&1; echo $$? > "$$checks_log.rc" ) & \
+	lab_status=0; $(MAKE) --no-print-directory test-lab || lab_status=$$?; wait; \
+	echo "== sanity, units, galaxy (ran beside the lab):"; cat "$$checks_log"; \
+	checks_status=$$(cat "$$checks_log.rc"); rm -f "$$checks_log" "$$checks_log.rc"; \
+	echo "== conformance, molecule, lab: exit $$lab_status; sanity, units, galaxy: exit $$checks_status"; \
+	[ "$$lab_status" -eq 0 ] && [ "$$checks_status" -eq 0 ]
+
+test-checks: sanity units galaxy
+
+test-lab: conformance molecule lab-test
 
 lint: tools
 	ruff check .
@@ -40,6 +56,17 @@ lint: tools
 
 unit: tools
 	python -m pytest
+
+# ansible-test from pinned requirements (requirements/ansible-test.txt), without its network bootstrap.
+sanity: tools
+	scripts/ansible-test.sh $(CACHE)/ansible-test sanity
+
+units: tools
+	scripts/ansible-test.sh $(CACHE)/ansible-test units --num-workers 2
+
+# Galaxy's importer on the built tarball (requirements/galaxy-importer.txt); fails on any warning.
+galaxy: tools
+	scripts/galaxy-import.sh $(CACHE)/galaxy-importer
 
 # Real vLLM-Omni engines (one cached venv per supported version) load and boot every render.
 conformance: tools
@@ -93,7 +120,7 @@ demo-down: tools
 
 # Deploys to lab machines beyond molecule: check mode, restarts, removal, uninstall, real-engine install.
 lab-test: tools
-	python -m pytest -p no:cacheprovider -o testpaths=tests/lab tests/lab
+	python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab tests/lab
 
 # Molecule scenarios on the lab (delegated driver): default (1 host) and multihost (3 hosts).
 molecule: tools

@@ -58,7 +58,8 @@ mkdir -p "$tree"
 # The shellcheck sanity test is skipped with a warning when shellcheck is missing: install it (Debian).
 if [ "$command" = sanity ] && ! command -v shellcheck >/dev/null; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null
+    # make test runs this beside the lab, which may install host packages too: wait for the dpkg lock.
+    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq shellcheck >/dev/null
   else
     echo "shellcheck is not installed: the shellcheck sanity test needs it (apt-get install shellcheck)" >&2; exit 1
   fi

@@ -284,7 +284,9 @@ def main() -> int:
     import vllm_omni
 
     versions = {"vllm": getattr(vllm, "__version__", None), "vllm_omni": getattr(vllm_omni, "__version__", None)}
-    print(MARKER + json.dumps({"versions": versions, "answers": answers}), flush=True)
+    # The answer line on the real stdout (module code would use exit_json; this runs in the engine venv).
+    sys.stdout.write(MARKER + json.dumps({"versions": versions, "answers": answers}) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -485,7 +485,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_hf_home", DEPLOYMENT, "/var/lib/vllm-omni/hf", "absolute path",
             "HF_HOME of the engines: where model weights are cached on the hosts.", check_abs_path),
     Setting("vllm_omni_model_staging", DEPLOYMENT, False, "bool",
-            "true: weights are staged into HF_HOME by the collection and engines run with HF_HUB_OFFLINE=1.",
+            "true: engines run with HF_HUB_OFFLINE=1 and load the weights already in HF_HOME. The collection "
+            "does not stage weights yet: put them there first (e.g. `hf download` with HF_HOME set).",
             check_bool),
     Setting("vllm_omni_init_timeout", DEPLOYMENT, 1800, "seconds",
             "Engine start-up budget (`--init-timeout`, `--stage-init-timeout`); cold model loads exceed 10 min.",

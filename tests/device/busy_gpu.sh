@@ -2,7 +2,7 @@
 # Real-GPU evidence for busy detection: hold ~10 GiB on GPU 1 from a foreign process, then run
 # discovery and a plan. Expect GPU 1 reported busy (process and memory) and left out of the plan.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 mkdir -p "$OUT"
 python3 -c "import torch, time; x = torch.empty(10 * 2**30, dtype=torch.uint8, device='cuda:1'); print('holding', flush=True); time.sleep(90)" > "$OUT/holder.log" 2>&1 &

@@ -4,7 +4,7 @@
 #   connection. Everything it learns lands in $OUT (committed as tests/fixtures/device-h200x2/).
 # Needs: ansible-core and its dependencies as wheels in .whl/ (carried), root, nvidia-smi.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 if [ -z "${EVIDENCE_USE_INSTALLED_ANSIBLE:-}" ]; then  # set when rehearsing with the lab's stand-in
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site

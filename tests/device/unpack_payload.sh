@@ -24,7 +24,7 @@ EOF
 else
   echo "no payload.json: parts not checked" >&2
 fi
-rm -rf "$dest/site" "$dest/lib" "$dest/lib-fallback"  # nothing from an older payload may linger
+rm -rf "${dest:?}/site" "${dest:?}/lib" "${dest:?}/lib-fallback"  # nothing from an older payload may linger
 mkdir -p "$dest"
 cat "${parts[@]}" | xz -dc -T0 | tar -C "$dest" -xf -
 # lib-fallback/ holds libraries Ubuntu 24.04 normally has; link in only those this machine lacks.

@@ -77,8 +77,10 @@ def ensure_host_tools() -> None:
     missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if not shutil.which(tool)})
     if missing:
         log(f"installing {' '.join(missing)} with apt")
-        run(["apt-get", "update", "-qq"])
-        run(["apt-get", "install", "-y", "-qq", *missing], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        wait_for_dpkg = ["-o", "DPkg::Lock::Timeout=600"]  # make test runs ansible-test beside the lab
+        run(["apt-get", *wait_for_dpkg, "update", "-qq"])
+        run(["apt-get", *wait_for_dpkg, "install", "-y", "-qq", *missing],
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
 def packages() -> list[str]:

@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -133,11 +135,68 @@ def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tm
     assert workers == ["http://10.77.0.11:8091"]
 
 
-def test_uninstall_removes_everything_but_the_model_cache(one_host, tmp_path):
+def other_controller_python() -> str:
+    """A Python for the controller that is not the hosts' 3.11 (the locks' target)."""
+    pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates = [shutil.which("python3.12"), shutil.which("python3.13"),
+                  *sorted(glob.glob(f"{pyenv}/versions/3.1[2-9]*/bin/python3")),
+                  *sorted(glob.glob("/usr/local/bin/python3.1[2-9]")), *sorted(glob.glob("/usr/bin/python3.1[2-9]"))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[1])"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() not in ("", "11"):
+            return candidate
+    pytest.fail("this test needs a Python 3.12 or later for the controller (the hosts run 3.11): install one")
+
+
+def installed_collection(tmp_path: Path) -> dict:
+    """The collection as a user gets it: its tarball installed into a fresh collections path, driven by
+    ansible-core in a venv of another Python, with a cache of its own (so the hosts' wheel sets are
+    filled by that Python, for the hosts' 3.11), run from outside the checkout (no ansible.cfg)."""
+    build = tmp_path / "build"
+    subprocess.run(["ansible-galaxy", "collection", "build", "--output-path", str(build)], cwd=REPO,
+                   capture_output=True, text=True, check=True)
+    tarball = next(build.glob("vllm_omni-serve-*.tar.gz"))
+    venv = tmp_path / "controller"
+    subprocess.run(["uv", "venv", "-q", "--seed", "--python", other_controller_python(), str(venv)], check=True)
+    core = next(line for line in (REPO / "requirements/tools.txt").read_text().splitlines()
+                if line.startswith("ansible-core=="))
+    subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin/python"), core], check=True)
+    collections = tmp_path / "collections"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(collections), VLLM_OMNI_CACHE=str(tmp_path / "cache"))
+    installed = subprocess.run([str(venv / "bin/ansible-galaxy"), "collection", "install", "-p", str(collections),
+                                str(tarball)], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert (collections / "ansible_collections/vllm_omni/serve/playbooks/deploy.yml").is_file(), installed.stdout
+    return {"venv": venv, "cwd": tmp_path, "env": env}
+
+
+def installed_playbook(controller: dict, name: str, inventory: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(controller["venv"] / "bin/ansible-playbook"), f"vllm_omni.serve.{name}",
+                             "-i", str(LAB_INVENTORY), "-i", str(inventory)], cwd=controller["cwd"],
+                            env=controller["env"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    return result
+
+
+def test_the_installed_tarball_on_another_python_deploys_and_uninstall_keeps_only_the_model_cache(one_host, tmp_path):
+    controller = installed_collection(tmp_path)
+    version = subprocess.run([str(controller["venv"] / "bin/python"), "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    assert not version.startswith("Python 3.11"), version
     inventory = simulator(tmp_path, gpus=list(range(3)))
-    playbook("deploy.yml", inventory)
+    deployed = installed_playbook(controller, "deploy", inventory)
+    assert str(REPO) not in deployed.stdout  # every task came from the installed copy
+    assert "ok=" in deployed.stdout and recap(deployed.stdout)["lab-1"]["failed"] == 0
+    # The hosts' wheel set was filled by the 3.12+ controller, for the hosts' CPython 3.11.
+    wheel_sets = list((tmp_path / "cache").glob("wheelhouse/*/.complete"))
+    assert wheel_sets, "no wheel set was filled in the controller's own cache"
+    assert all("cp312" not in wheel.name for wheel in (tmp_path / "cache").glob("wheelhouse/*/*.whl"))
+    versions = on(one_host, 'for venv in /opt/vllm-omni/venvs/*/; do "$venv/bin/python" --version; done 2>&1').split("\n")
+    versions = [line for line in versions if line]
+    assert len(versions) >= 2 and all(line.startswith("Python 3.11") for line in versions), versions  # simulator, router
     on(one_host, "touch /var/lib/vllm-omni/hf/weights.marker")
-    playbook("uninstall.yml", inventory)
+    installed_playbook(controller, "uninstall", inventory)
     listing = on(one_host, "ls -d /etc/vllm-omni /opt/vllm-omni /etc/systemd/system/vllm-omni@.service "
                            "/etc/systemd/system/vllm-omni-router.service 2>&1")
     assert listing.count("No such file") == 4, listing

@@ -12,4 +12,3 @@ from pathlib import Path
 for _path in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-

@@ -44,8 +44,8 @@ def test_tarball_ships_the_collection_and_no_tests_or_links(installed):
     assert "playbooks/render.yml" in names
     assert not any(n.startswith(("tests/", ".collection", ".ci/")) for n in names)
     top = {n.split("/", 1)[0] for n in names}
-    assert top == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "changelogs", "dashboards", "data", "docs",
-                   "inventories", "meta", "playbooks", "plugins", "roles"}, top
+    assert top == {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.rst", "LICENSE", "changelogs", "dashboards",
+                   "data", "docs", "inventories", "meta", "playbooks", "plugins", "roles"}, top
     assert not any(n.startswith("changelogs/fragments") or "__pycache__" in n for n in names)
     assert "inventories/example/hosts.yml" in names and not any(n.startswith("inventories/lab") for n in names)
 

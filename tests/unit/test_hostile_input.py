@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -84,20 +83,14 @@ def run_playbook(playbook: str, inventory: Path, *extra: str) -> subprocess.Comp
                           cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def playbook_runs(tmp_path_factory):
-    """Every case through render.yml and deploy.yml, two at a time (ansible-playbook is mostly start-up)."""
-    root = tmp_path_factory.mktemp("hostile")
-
-    def both(case):
-        inventory = write_inventory(case, root / case["id"] / "inventory")
-        render_dir = root / case["id"] / "render"
-        render = run_playbook("render.yml", inventory, "-e", f"vllm_omni_render_dir={render_dir}")
-        deploy = run_playbook("deploy.yml", inventory)
-        return case["id"], {"render": render, "deploy": deploy, "render_dir": render_dir}
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(both, CASES))
+def playbook_runs(case: dict, root: Path) -> dict:
+    """One case through render.yml and deploy.yml. Each case is its own test, so pytest-xdist
+    (ansible-test units) spreads the cases over its workers and runs each exactly once."""
+    inventory = write_inventory(case, root / case["id"] / "inventory")
+    render_dir = root / case["id"] / "render"
+    render = run_playbook("render.yml", inventory, "-e", f"vllm_omni_render_dir={render_dir}")
+    deploy = run_playbook("deploy.yml", inventory)
+    return {"render": render, "deploy": deploy, "render_dir": render_dir}
 
 
 @pytest.fixture(autouse=True)
@@ -119,9 +112,9 @@ def test_planner_gives_one_clear_error(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-def test_render_and_deploy_stop_on_the_controller_with_that_error(case, playbook_runs):
+def test_render_and_deploy_stop_on_the_controller_with_that_error(case, tmp_path):
     line = problem_line(case)
-    runs = playbook_runs[case["id"]]
+    runs = playbook_runs(case, tmp_path)
     refusing = ("deploy",) if line is None else ("render", "deploy")
     if line is None:
         render = runs["render"]

@@ -39,3 +39,12 @@ def problems_of(inv: dict) -> list[str]:
     with pytest.raises(PlanError) as caught:
         build_plan(inv)
     return [p.line() for p in caught.value.problems]
+
+
+def gpu_facts(profile: str, apps: str = "", banner: str | None = None) -> dict:
+    """GPU facts from a recorded nvidia-smi profile (tests/fixtures/gpu/<profile>/), as discovery builds them."""
+    from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu
+
+    path = FIXTURES / "gpu" / profile
+    return _gpu.build_facts((path / "query-gpu.csv").read_text(), apps, banner or (path / "nvidia-smi.txt").read_text(),
+                            (path / "topo-m.txt").read_text(), 1024)

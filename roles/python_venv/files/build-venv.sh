@@ -1,12 +1,15 @@
-# Build $PYTHON_VENV_PATH.new, install the pinned packages, verify every pin, then swap it in, so a
-# failed install never leaves a half-built venv where a working one was.
+# shellcheck shell=bash
+# Run by the script module with /bin/bash. Build $PYTHON_VENV_PATH.new, install the pinned packages,
+# verify every pin, then swap it in, so a failed install never leaves a half-built venv where a
+# working one was.
 set -euo pipefail
 new="$PYTHON_VENV_PATH.new"
 rm -rf "$new"
 # Unpack on the venv's filesystem: /tmp is often a small tmpfs, and an engine venv unpacks to ~8 GB.
 export TMPDIR="$PYTHON_VENV_PATH.tmp"
 rm -rf "$TMPDIR"; mkdir -p "$TMPDIR"
-trap 'rm -rf "$TMPDIR"' EXIT
+# On any failure the half-built venv goes too; the working one was never touched (uv builds beside it).
+trap 'rm -rf "$TMPDIR"; if [ "$new" != "$PYTHON_VENV_PATH" ]; then rm -rf "$new"; fi' EXIT
 read -r -a packages <<< "$PYTHON_VENV_PACKAGES"
 index=()
 if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then index=(--no-index --find-links "$PYTHON_VENV_FIND_LINKS"); fi

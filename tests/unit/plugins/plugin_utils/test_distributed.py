@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_placement import facts
+from unitlib import gpu_facts as facts
 from unitlib import inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _distributed

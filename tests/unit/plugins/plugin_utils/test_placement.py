@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from unitlib import FIXTURES, inventory, problems_of
+from unitlib import FIXTURES, gpu_facts, inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 
-
-def facts(profile: str, apps: str = "", banner: str | None = None) -> dict:
-    path = FIXTURES / "gpu" / profile
-    return _gpu.build_facts((path / "query-gpu.csv").read_text(), apps, banner or (path / "nvidia-smi.txt").read_text(),
-                            (path / "topo-m.txt").read_text(), 1024)
+facts = gpu_facts
 
 
 def plan_with(profile: str, apps: str = "", host_vars: dict | None = None, **settings) -> dict:

@@ -185,6 +185,8 @@ def test_the_installed_tarball_on_another_python_deploys_and_uninstall_keeps_onl
                              check=True).stdout
     assert not version.startswith("Python 3.11"), version
     inventory = simulator(tmp_path, gpus=list(range(3)))
+    # Start from a bare host (the tests before leave a deployment): the installed copy must build every venv.
+    playbook("uninstall.yml", inventory)
     deployed = installed_playbook(controller, "deploy", inventory)
     assert str(REPO) not in deployed.stdout  # every task came from the installed copy
     assert "ok=" in deployed.stdout and recap(deployed.stdout)["lab-1"]["failed"] == 0

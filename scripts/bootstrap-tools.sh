@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Create the controller tool venv named by $1 from requirements/tools.txt (idempotent).
-# Installs Debian's python3-venv first when this Python cannot create venvs (fresh machines).
+# Installs Debian's python3-venv first when this Python cannot create venvs (fresh machines), and rsync
+# (the controller sends each artifact's first copy with it; the unit tests run a real daemon).
 set -euo pipefail
 venv=$1
 requirements=$(dirname "$0")/../requirements/tools.txt
+if ! command -v rsync >/dev/null && [ "$(id -u)" -eq 0 ]; then
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq rsync >/dev/null
+fi
 if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
   exit 0
 fi

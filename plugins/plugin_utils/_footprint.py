@@ -56,10 +56,17 @@ NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's package: a w
 PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"  # Debian's and EPEL's package alike
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"  # ARGS= of the packaged unit
 PROMETHEUS_TARGETS_DIR = "/etc/prometheus/vllm-omni"
-HOST_WHEELHOUSE = "/var/cache/vllm-omni/wheelhouse"  # wheel sets while a venv installs; removed after
+# Wheel sets on the hosts, one directory each (plan["artifacts"]): kept, so a host serves the next one and a
+# re-run transfers nothing; prune takes away the sets the plan no longer has.
+HOST_WHEELHOUSE = "/var/cache/vllm-omni/wheelhouse"
 # What the last deploy created on a host (its footprint): prune and uninstall read it.
 STATE_DIR = "/var/lib/vllm-omni-serve"
 FOOTPRINT_RECORD = f"{STATE_DIR}/footprint.json"
+# Artifact distribution (_artifacts): the manifests each host checks its artifacts against, and the rsync
+# daemon that serves them to the next hosts while a deploy distributes them (a transient unit, not a file).
+ARTIFACT_MANIFEST_DIR = f"{STATE_DIR}/artifacts"
+ARTIFACT_CONFIG = f"{STATE_DIR}/rsyncd.conf"
+ARTIFACT_UNIT = "vllm-omni-artifacts.service"
 
 
 def pipeline_unit(name: str) -> str:
@@ -217,6 +224,24 @@ def _monitoring_part(plan: dict, host: str) -> dict:
     }
 
 
+def _artifacts_part(plan: dict, host: str) -> dict:
+    """Wheel sets (removed with the host) and the staged model (kept, like the rest of HF_HOME)."""
+    section = plan["artifacts"]
+    mine = [a for a in section["items"] if a["id"] in section["per_host"][host]["artifacts"]]
+    directories = [_directory(HOST_WHEELHOUSE.rsplit("/", 1)[0], "artifacts"), _directory(HOST_WHEELHOUSE, "artifacts"),
+                   _directory(ARTIFACT_MANIFEST_DIR, "artifacts")]
+    files = [_file(f"{ARTIFACT_MANIFEST_DIR}/{a['id']}.json", None, "artifacts") for a in mine]
+    for artifact in mine:
+        if artifact["kind"] == "wheels":
+            directories.append(_directory(artifact["host_dir"], "artifacts"))
+        else:
+            directories.append(_directory(artifact["host_dir"], "artifacts", remove="never"))
+            files.append(_file(artifact["ref_file"], None, "artifacts"))
+    if section["per_host"][host]["serves"]:
+        files.append(_file(ARTIFACT_CONFIG, f"{host}/artifacts/rsyncd.conf", "artifacts"))
+    return {"accounts": [], "directories": directories, "files": files, "units": [], "venvs": []}
+
+
 def _merge(parts: list[dict]) -> dict:
     merged: dict = {"accounts": [], "directories": [], "files": [], "units": [], "venvs": []}
     for part in parts:
@@ -242,6 +267,8 @@ def host_footprint(plan: dict, host: str) -> dict:
         parts.append(_firewall_part(plan, host))
     if plan["monitoring"]["enabled"] and host in plan["monitoring"]["per_host"]:
         parts.append(_monitoring_part(plan, host))
+    if host in plan["artifacts"]["per_host"]:
+        parts.append(_artifacts_part(plan, host))
     footprint = _merge(parts)
     if footprint["venvs"]:
         footprint["venvs"].append(plan["paths"]["tools_venv"])
@@ -310,6 +337,8 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
     each host would make a deploy quadratic in the number of hosts. A monitoring host needs every
     pipeline (its scrape targets); other hosts need their own.
     """
+    from . import _artifacts  # _artifacts takes its paths from this module (import cycle)
+
     firewall = plan["firewall"]
     monitoring = plan["monitoring"]
     if host in monitoring.get("per_host", {}):
@@ -324,6 +353,7 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
             "monitoring", "served_model_name")
     sliced = {key: convert(plan[key]) for key in keep if key in plan}
     sliced.update({"hosts": convert(hosts), "firewall": convert(own_firewall),
+                   "artifacts": convert(_artifacts.host_slice(plan["artifacts"], host)) if "artifacts" in plan else {},
                    "footprint": {host: convert(plan["footprint"][host])} if host in plan.get("footprint", {}) else {},
                    "reserved_ports": {host: convert(plan["reserved_ports"][host])}
                    if host in plan.get("reserved_ports", {}) else {}})

@@ -29,7 +29,7 @@ PIPELINE_DROPIN = _footprint.PIPELINE_DROPIN
 OWNED_ENV = frozenset({
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
     "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "HF_HOME", "HF_HUB_OFFLINE",
-    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT",
+    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT", "VLLM_OMNI_MODEL_SNAPSHOT",
 })
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
@@ -161,8 +161,11 @@ def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[s
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    if settings["vllm_omni_model_staging"]:
+    if settings["vllm_omni_model_staging"] or settings["vllm_omni_model_source"] != "none":
         env["HF_HUB_OFFLINE"] = "1"
+    if settings["vllm_omni_model_source"] != "none":
+        # The staged snapshot (refs/main points at it): a new revision changes this file and restarts the engine.
+        env["VLLM_OMNI_MODEL_SNAPSHOT"] = settings["vllm_omni_model_revision"]
     if settings["vllm_omni_layout"] == "pd":
         if "bootstrap" in ports:  # a prefill engine's bootstrap server (decode engines run none)
             env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])

@@ -25,6 +25,7 @@ import hashlib
 import json
 
 from . import (
+    _artifacts,
     _distributed,
     _engine_data,
     _firewall,
@@ -99,6 +100,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     _check_every_host_used(plan, host_plans, deployment, problems)
     problems.raise_if_any()
     _add_services(plan, settings, groups, ips)
+    plan["artifacts"] = _artifacts.artifacts_plan(settings, plan, ips)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))
@@ -261,12 +263,14 @@ def _service_sections(plan: dict) -> list[dict]:
 
 
 def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
-    """host -> every port range planned there (pipelines, router, master)."""
+    """host -> every port range planned there (pipelines, router, master, artifact daemon)."""
     found = {host: list(host_plan["listen_ports"]) for host, host_plan in plan["hosts"].items()}
     for service in _service_sections(plan):
         for host, ranges in service.get("listen_ports", {}).items():
             if host not in plan["hosts"]:
                 found.setdefault(host, []).extend(ranges)
+    for host, ranges in _artifacts.listen_ports(plan).items():
+        found.setdefault(host, []).extend(ranges)
     return found
 
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _firewall, _footprint, _host_files, _observability, _yaml
+from . import _artifacts, _firewall, _footprint, _host_files, _observability, _yaml
 from ._planner import PIPELINE_DROPIN as DROPIN_FILE
 from ._planner import gc_paused
 
@@ -254,6 +254,8 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
         return _host_files.sysctl_text(plan, host)
     if kind == "router":
         return _host_files.router_shape_text(plan, host)
+    if kind == "artifacts":
+        return _artifacts.host_rsyncd_text(plan, host)
     if kind == "frontdoor":
         return _host_files.frontdoor_config(plan, host)
     if kind == "prometheus":

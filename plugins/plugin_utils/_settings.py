@@ -485,9 +485,33 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_hf_home", DEPLOYMENT, "/var/lib/vllm-omni/hf", "absolute path",
             "HF_HOME of the engines: where model weights are cached on the hosts.", check_abs_path),
     Setting("vllm_omni_model_staging", DEPLOYMENT, False, "bool",
-            "true: engines run with HF_HUB_OFFLINE=1 and load the weights already in HF_HOME. The collection "
-            "does not stage weights yet: put them there first (e.g. `hf download` with HF_HOME set).",
+            "true: engines run with HF_HUB_OFFLINE=1 and load the weights already in HF_HOME (put there by the "
+            "operator). vllm_omni_model_source stages them instead, and implies it.",
             check_bool),
+    Setting("vllm_omni_model_source", DEPLOYMENT, "none", "`none`, `hub` or `directory`",
+            "Where the weights come from. `none`: each engine host downloads them itself on first start. `hub`: the "
+            "controller fetches vllm_omni_model at vllm_omni_model_revision once (huggingface_hub; HF_ENDPOINT and "
+            "vllm_omni_hf_token honoured) and verifies every file against the hub's hashes. `directory`: the files "
+            "in vllm_omni_model_directory on the controller. Either way every engine host gets a hash-checked copy "
+            "in HF_HOME's cache layout (fanned out host to host, docs/model-staging.md) and runs offline.",
+            lambda v, n: check_choice(v, n, ("none", "hub", "directory"))),
+    Setting("vllm_omni_model_revision", DEPLOYMENT, None, "string",
+            "The staged revision: the 40-character commit id (hub), or a name for the directory's copy; it names "
+            "the snapshot in HF_HOME, and a new one restarts the engines on it.",
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", "a commit id or a name of letters, "
+                                   "digits, . _ -", "5d4d1c4e1e0b8a7b2d3c6f9e8a7b6c5d4e3f2a1b")),
+    Setting("vllm_omni_model_directory", DEPLOYMENT, None, "path (controller)",
+            "With vllm_omni_model_source `directory`: the controller directory holding the model's files "
+            "(config.json, tokenizer, *.safetensors), e.g. a `hf download --local-dir` result.",
+            check_controller_file),
+    Setting("vllm_omni_artifact_port", DEPLOYMENT, 8873, "port",
+            "The rsync daemon's port while a deploy fans wheel sets and weights out host to host (open to "
+            "inventory peers only, and only during the distribution); the controller serves its one copy on it too.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_artifact_controller_address", DEPLOYMENT, None, "IPv4 address",
+            "The address hosts reach the controller on, to pull the first copy of each artifact. Unset: the address "
+            "the first host sees the controller's SSH connection come from.",
+            check_ipv4, default_doc="the controller's SSH source address"),
     Setting("vllm_omni_init_timeout", DEPLOYMENT, 1800, "seconds",
             "Engine start-up budget (`--init-timeout`, `--stage-init-timeout`); cold model loads exceed 10 min.",
             lambda v, n: check_int(v, n, 60, 86400)),
@@ -579,6 +603,10 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v, n: check_str(v, n, r"[A-Za-z0-9._~+/=-]{16,256}", "16-256 characters of A-Z a-z 0-9 . _ ~ + / = -",
                                    "a-long-random-string-from-vault"),
             default_doc="required when vllm_omni_api_key_required"),
+    Setting("vllm_omni_hf_token", SECRET, None, "string (vault)",
+            "Hugging Face token for a gated or private model (vllm_omni_model_source `hub`). Used on the controller "
+            "only, through the environment; never written to a host, the plan or the output.",
+            lambda v, n: check_str(v, n, r"[A-Za-z0-9_-]{8,256}", "8-256 characters of A-Z a-z 0-9 _ -", "hf_...")),
     # Mooncake master (only for Mooncake store connectors; the PD path's MooncakeConnector needs none).
     Setting("vllm_omni_mooncake_master_enabled", DEPLOYMENT, False, "bool",
             "Run mooncake_master on the hosts of group vllm_omni_mooncake_master (default: the first engine host).",

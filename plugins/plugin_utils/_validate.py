@@ -20,7 +20,7 @@ import functools
 import re
 from typing import Any
 
-from . import _engine_data, _footprint
+from . import _artifacts, _engine_data, _footprint
 from ._engine_data import EngineVersion
 from ._hosts import ENGINE_GROUP
 from ._pipelines import OWNED_ENV, Deployment, stage_layout
@@ -166,6 +166,7 @@ def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
     check_rdma_devices(settings, problems)
     check_roots(settings, problems)
     check_tls(settings, problems)
+    _artifacts.check_model_source(settings, problems)
     if not check_replicas(context, problems):
         problems.raise_if_any()  # every host's processes and ports would follow from counts that cannot be
     return context

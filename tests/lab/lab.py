@@ -19,7 +19,7 @@ through the controller-side wheelhouse, Debian packages are baked into the rootf
 
 A GPU stand-in (``nvidia-smi`` replaying real H200 outputs) is placed only when asked
 (``--gpu-profile``), by the lab, never by a role. Needs root; installs systemd-container,
-debootstrap and iproute2 with apt when missing. ``up`` is idempotent: running machines are kept.
+debootstrap, iproute2 and rsync with apt when missing. ``up`` is idempotent: running machines are kept.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ GPU_STANDIN = Path(__file__).with_name("fake_nvidia_smi.py")
 GPU_PROFILES = REPO / "tests" / "fixtures" / "gpu"
 RECIPE_VERSION = "1"  # bump when the rootfs recipe below changes in a way the package list does not show
 SUITE, MIRROR = "bookworm", os.environ.get("LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2"}
+# The lab's controller is this machine: rsync serves the deploy's first copy of each artifact.
+HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2", "rsync": "rsync"}
 
 
 def log(message: str) -> None:

@@ -224,12 +224,24 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     No GPU: units are not started (engine_install_only), and the CUDA Mooncake variant's import needs
     libcuda, so only its presence as the single variant is asserted (mooncake_import_check false).
     """
+    # The model staged from a controller directory (the Qwen3-Omni config conformance resolved), so the
+    # config check loads the staged snapshot offline (HF_HUB_OFFLINE=1) as the engines would.
+    model = tmp_path / "model"
+    model.mkdir()
+    conformance = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve")) / "models" / \
+        "0.26.0" / "hub" / "models--Qwen--Qwen3-Omni-30B-A3B-Instruct" / "snapshots" / "conformance" / "config.json"
+    shutil.copy(conformance, model / "config.json")
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))}}}},
-                         {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0"})
-    result = playbook("deploy.yml", inventory, "--tags", "mooncake,engine",
+                         {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
+                          "vllm_omni_model_source": "directory", "vllm_omni_model_directory": str(model),
+                          "vllm_omni_model_revision": "conformance-config"})
+    result = playbook("deploy.yml", inventory, "--tags", "artifacts,mooncake,engine",
                       "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
     checked = result.stdout.split("Engine | the installed engine accepts each candidate")[1].split("TASK [")[0]
     assert "ok: [lab-1] => (item=omni0)" in checked and "ok: [lab-1] => (item=omni1)" in checked, checked
+    snapshot = "/var/lib/vllm-omni/hf/hub/models--Qwen--Qwen3-Omni-30B-A3B-Instruct/snapshots/conformance-config"
+    assert on(one_host, f"cat {snapshot}/config.json") == (model / "config.json").read_text()
+    assert "HF_HUB_OFFLINE=1" in on(one_host, "cat /etc/vllm-omni/omni0/engine.env")
     versions = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                             "'import importlib.metadata as m; print(m.version(\"vllm\"), m.version(\"vllm-omni\"))'")
     assert versions.split() == ["0.26.0", "0.26.0"]

@@ -46,8 +46,13 @@ def test_the_render_holds_every_file_a_deploy_installs(plan):
             if entry["render"] is None:
                 # Secrets and TLS material: made on the host or the controller, never in a render.
                 frontdoor = plan["router"]["frontdoor"]
-                assert entry["path"] in {frontdoor["api_keys"], frontdoor["certificate"],
-                                         frontdoor["certificate_key"], frontdoor["ca"]}, entry
+                # Made on the controller: TLS material, the key map, each artifact's manifest (hashes of
+                # the controller's copy) and the staged model's ref (written with the snapshot).
+                made_there = {frontdoor["api_keys"], frontdoor["certificate"], frontdoor["certificate_key"],
+                              frontdoor["ca"]}
+                made_there |= {f"{plan['artifacts']['manifest_dir']}/{a['id']}.json" for a in plan["artifacts"]["items"]}
+                made_there |= {a["ref_file"] for a in plan["artifacts"]["items"] if a["kind"] == "model"}
+                assert entry["path"] in made_there, entry
                 continue
             assert entry["render"] in tree, f"{host}: {entry['path']} ({entry['render']}) is not in the render"
 
@@ -81,7 +86,7 @@ def test_units_are_rendered_from_the_plan(plan):
     # The front door, router backend (loopback), metrics, Prometheus and master ports of edge-1, reserved
     # from the ephemeral range: an outgoing connection must never take one before its service binds it.
     sysctl = tree["edge-1/sysctl/60-vllm-omni-mooncake.conf"]
-    assert "net.ipv4.ip_local_reserved_ports = 8000,9003,9090,18000,29000,50051\n" in sysctl
+    assert "net.ipv4.ip_local_reserved_ports = 8000,8873,9003,9090,18000,29000,50051\n" in sysctl
 
 
 def test_prune_takes_away_what_the_record_has_and_the_plan_does_not(plan):

@@ -26,7 +26,7 @@ def _load_script(name: str, path: Path):
     return module
 
 
-wheelhouse = _load_script("wheelhouse_under_test", ROOT / "roles/python_venv/files/wheelhouse.py")
+wheelhouse = _load_script("wheelhouse_under_test", ROOT / "roles/artifacts/files/wheelhouse.py")
 
 
 def _normal(name: str) -> str:

@@ -1,0 +1,230 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Artifacts (wheel sets and model weights): which hosts need which, and the tree that carries them.
+
+The controller sends each artifact once. The first host that needs it pulls it from the
+controller; every host that holds it then serves it to one more host per round (rsync daemons,
+read-only, each module open only to the hosts that pull from it), so after round ``r`` ``2**r``
+hosts hold it and 1,000 hosts are served in 11 rounds with one copy out of the controller. A host
+whose parent failed pulls from the controller instead (roles/artifacts). Every host checks every
+file against the manifest the controller wrote (sha256 and size) before anything installs from it:
+a peer can slow a deploy down, never change what it installs.
+
+The plan's ``artifacts`` section (see :func:`artifacts_plan`) names every artifact, where it lies on
+the hosts, which hosts hold it, each host's parent and round, and each serving host's rsyncd.conf
+(the render writes it; the footprint lists it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from . import _footprint
+from ._problems import ALL_HOSTS, Problems
+
+CONTROLLER = "controller"  # a host's parent when it pulls from the controller itself
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def wheel_set_id(lock: dict, uv_lock: dict) -> str:
+    """A wheel set: one lock's wheels plus uv's, named by both locks' hashes (the controller's cache key)."""
+    digest = hashlib.sha1((lock["sha256"] + uv_lock["sha256"]).encode(), usedforsecurity=False).hexdigest()
+    return f"{lock['name']}-{digest[:12]}"
+
+
+def model_repo_dir(hf_home: str, model: str) -> str:
+    """The Hugging Face cache directory of a repository under ``HF_HOME`` (huggingface_hub's layout)."""
+    return f"{hf_home}/hub/models--{model.replace('/', '--')}"
+
+
+def check_model_source(settings: dict, problems: Problems) -> None:
+    """The model source settings agree with each other (the planner calls this with valid settings)."""
+    source = settings["vllm_omni_model_source"]
+    if source == "none":
+        return
+    model, revision = settings["vllm_omni_model"], settings["vllm_omni_model_revision"]
+    if model.startswith("/"):
+        problems.add(ALL_HOSTS, "vllm_omni_model", f"is the path {model}, but vllm_omni_model_source is {source}: "
+                     "staged weights are found by their repository id", "set vllm_omni_model to the repository id "
+                     "(org/name) the weights belong to")
+    if source == "hub" and (revision is None or not COMMIT.fullmatch(revision)):
+        problems.add(ALL_HOSTS, "vllm_omni_model_revision", f"is {revision!r}; a hub source is pinned to one commit",
+                     "set it to the 40-character commit id of the revision to serve (the repository's "
+                     "'History' page, or `hf api` / HfApi().model_info(repo).sha)")
+    if source == "directory" and revision is None:
+        problems.add(ALL_HOSTS, "vllm_omni_model_revision", "is unset; a directory source needs a name for what it holds",
+                     "name the copy, e.g. its commit id or a date (2026-11-30); a new name restarts the engines on it")
+    if source == "directory" and settings["vllm_omni_model_directory"] is None:
+        problems.add(ALL_HOSTS, "vllm_omni_model_directory", "is unset, but vllm_omni_model_source is directory",
+                     "set it to the controller directory that holds the model's files (config.json, *.safetensors)")
+
+
+def _model_artifact(settings: dict, paths: dict, engine_hosts: list[str]) -> dict | None:
+    source = settings["vllm_omni_model_source"]
+    if source == "none" or not engine_hosts:
+        return None
+    model, revision = settings["vllm_omni_model"], settings["vllm_omni_model_revision"]
+    repo_dir = model_repo_dir(paths["hf_home"], model)
+    slug = re.sub(r"[^A-Za-z0-9._-]", "-", model.replace("/", "--"))
+    return {
+        "id": f"model-{slug}-{revision}",
+        "kind": "model",
+        "model": model,
+        "revision": revision,
+        "source": {"kind": source, "directory": settings["vllm_omni_model_directory"]},
+        # Where huggingface_hub looks offline: refs/main names the snapshot the engines load.
+        "host_dir": f"{repo_dir}/snapshots/{revision}",
+        "ref_file": f"{repo_dir}/refs/main",
+        "repo_dir": repo_dir,
+        "hosts": sorted(engine_hosts),
+    }
+
+
+def _wheel_artifacts(plan: dict) -> list[dict]:
+    """One wheel set per lock that some host installs, with the hosts that install it."""
+    uv_lock = plan["installer"]["uv_lock"]
+    wanted: dict[str, dict] = {}
+
+    def want(lock: dict, hosts) -> None:
+        hosts = sorted(hosts)
+        if not hosts:
+            return
+        set_id = wheel_set_id(lock, uv_lock)
+        entry = wanted.setdefault(set_id, {"id": set_id, "kind": "wheels", "lock": lock, "uv_lock": uv_lock,
+                                           "host_dir": f"{_footprint.HOST_WHEELHOUSE}/{set_id}", "hosts": []})
+        entry["hosts"] = sorted(set(entry["hosts"]) | set(hosts))
+
+    want(plan["backend"]["lock"], [h for h, section in plan["hosts"].items() if section["pipelines"]])
+    want(plan["router"]["lock"], plan["router"]["per_host"])
+    if plan["mooncake_master"]["enabled"]:
+        want(plan["mooncake_master"]["lock"], plan["mooncake_master"]["per_host"])
+    return [wanted[key] for key in sorted(wanted)]
+
+
+def distribution_tree(hosts: list[str]) -> dict[str, dict]:
+    """host -> {parent, round}: host 0 pulls from the controller in round 0; in round r >= 1 hosts
+    2**(r-1) .. 2**r - 1 each pull from the host 2**(r-1) places before them, which got it earlier.
+    Every holder serves at most one host per round and the controller exactly one."""
+    tree = {}
+    for index, host in enumerate(hosts):
+        level = index.bit_length()  # 0 for the first host, r for 2**(r-1) <= index < 2**r
+        parent = CONTROLLER if index == 0 else hosts[index - (1 << (level - 1))]
+        tree[host] = {"parent": parent, "round": level}
+    return tree
+
+
+def _module_text(artifact: dict, children: list[str]) -> list[str]:
+    return [
+        f"[{artifact['id']}]",
+        f"    path = {artifact['host_dir']}",
+        f"    comment = {artifact['kind']} {artifact['id']}",
+        f"    hosts allow = {' '.join(children)}",
+        "    hosts deny = *",
+        "",
+    ]
+
+
+def rsyncd_text(artifacts: list[dict], children: dict[str, list[str]], port: int, address: str | None,
+                log_file: str | None = None) -> str:
+    """An rsync daemon's configuration: read-only modules, each open to the addresses that pull it only.
+
+    A host's daemon runs as root in a transient unit, chrooted into each module as nobody. The
+    controller's runs as whoever runs Ansible, unchrooted (a model directory may hold symlinks into
+    a Hugging Face cache, sent as files), and logs every transfer's bytes (the controller's egress)."""
+    lines = [
+        "# Rendered by vllm_omni.serve from the plan; edits are overwritten. Runs only while a deploy",
+        "# distributes artifacts; every file is checked against the controller's manifest by the host",
+        "# that pulls it.",
+        f"port = {port}",
+        *([f"address = {address}"] if address else []),
+        *([f"log file = {log_file}", "use chroot = no", "transfer logging = yes", "log format = sent %b bytes of %m to %a"]
+          if log_file else ["use chroot = yes", "uid = nobody", "gid = nogroup"]),
+        "read only = yes",
+        "list = no",
+        "max connections = 8",
+        "timeout = 600",
+        "reverse lookup = no",
+        "",
+    ]
+    for artifact in artifacts:
+        if children.get(artifact["id"]):
+            lines += _module_text(artifact, children[artifact["id"]])
+    return "\n".join(lines)
+
+
+def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> dict:
+    """The plan's ``artifacts`` section: every artifact, its hosts and tree, and each host's share of it."""
+    items = _wheel_artifacts(plan)
+    model = _model_artifact(settings, plan["paths"], [h for h, s in plan["hosts"].items() if s["pipelines"]])
+    if model:
+        items.append(model)
+    port = settings["vllm_omni_artifact_port"]
+    per_host: dict[str, dict] = {}
+    controller_children: dict[str, list[str]] = {}
+    rounds = 0
+    for artifact in items:
+        for host, node in distribution_tree(artifact["hosts"]).items():
+            entry = per_host.setdefault(host, {"address": ips[host], "artifacts": [], "pulls": {}, "children": {}})
+            entry["artifacts"].append(artifact["id"])
+            parent = node["parent"]
+            entry["pulls"][artifact["id"]] = {"parent": parent, "round": node["round"],
+                                              "address": None if parent == CONTROLLER else ips[parent]}
+            rounds = max(rounds, node["round"] + 1)
+            if parent == CONTROLLER:
+                controller_children.setdefault(artifact["id"], []).append(ips[host])
+            else:
+                per_host[parent]["children"].setdefault(artifact["id"], []).append(ips[host])
+    for entry in per_host.values():
+        entry["serves"] = bool(entry["children"])
+    return {
+        "port": port,
+        # The wheel set each venv installs from, on its hosts (python_venv_wheel_dir).
+        "wheel_sets": {item["lock"]["name"]: item["host_dir"] for item in items if item["kind"] == "wheels"},
+        "controller_address": settings["vllm_omni_artifact_controller_address"],
+        "unit": _footprint.ARTIFACT_UNIT,
+        "config_file": _footprint.ARTIFACT_CONFIG,
+        "manifest_dir": _footprint.ARTIFACT_MANIFEST_DIR,
+        "rounds": rounds,
+        "items": items,
+        "controller_children": controller_children,
+        "per_host": dict(sorted(per_host.items())),
+    }
+
+
+def host_rsyncd_text(plan: dict, host: str) -> str:
+    """The rsyncd.conf of one serving host (its address, the modules its children pull)."""
+    section = plan["artifacts"]
+    mine = [a for a in section["items"] if a["id"] in section["per_host"][host]["children"]]
+    return rsyncd_text(mine, section["per_host"][host]["children"], section["port"],
+                        section["per_host"][host]["address"])
+
+
+def controller_rsyncd_text(plan: dict, sources: dict[str, str], log_file: str) -> str:
+    """The controller's daemon: every artifact from its controller copy, to every host of the deployment
+    (the first of each tree, and any host whose parent failed)."""
+    section = plan["artifacts"]
+    everyone = sorted({entry["address"] for entry in section["per_host"].values()})
+    items = [{**item, "host_dir": sources[item["id"]]} for item in section["items"]]
+    return rsyncd_text(items, {item["id"]: everyone for item in items}, section["port"], None, log_file)
+
+
+def listen_ports(plan: dict) -> dict[str, list[dict]]:
+    """The rsync daemon's port on every host holding an artifact (open to inventory peers only).
+
+    On every such host, not only the ones serving now: a host added to the inventory moves the tree,
+    and must not change (and reload) the firewall of every other host."""
+    port = plan["artifacts"]["port"]
+    return {host: [{"service": "artifacts", "purpose": "rsync", "first": port, "last": port}]
+            for host in plan["artifacts"]["per_host"]}
+
+
+def host_slice(section: dict, host: str) -> dict:
+    """The artifacts section as one host's files need it: its own entry and the artifacts it holds."""
+    entry = section["per_host"].get(host)
+    mine = set(entry["artifacts"]) if entry else set()
+    return {**{key: value for key, value in section.items() if key not in ("items", "per_host", "controller_children")},
+            "items": [{k: v for k, v in item.items() if k != "hosts"} for item in section["items"] if item["id"] in mine],
+            "per_host": {host: entry} if entry else {}, "controller_children": {}}

@@ -12,7 +12,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _secrets
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
 
-SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token")
+SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
 
 
 class ActionModule(ActionBase):

@@ -140,7 +140,14 @@ def rsync(url: str, dest: Path) -> tuple[int, int, str]:
     with progress.open("w") as out:
         done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True, check=False)
     received = re.search(r"Total bytes received: ([\d,]+)", progress.read_text(errors="replace"))
-    return done.returncode, int(received.group(1).replace(",", "")) if received else 0, done.stderr.strip()[-500:]
+    error = " / ".join(line.strip() for line in done.stderr.strip().splitlines()[-2:])
+    return done.returncode, int(received.group(1).replace(",", "")) if received else 0, error[-500:]
+
+
+def note(text: str) -> None:
+    """What the pull is doing, for the role's progress lines (rsync's own progress follows)."""
+    if os.environ.get("PROGRESS_FILE"):
+        Path(os.environ["PROGRESS_FILE"]).write_text(text + "\n")
 
 
 def pull(dest: Path, manifest_path: Path, urls: list[str], full: bool) -> dict:
@@ -148,6 +155,7 @@ def pull(dest: Path, manifest_path: Path, urls: list[str], full: bool) -> dict:
     if not manifest.get("files"):
         fail(f"{manifest_path} is not a manifest")
     started, received, used, errors = time.monotonic(), 0, None, []
+    note(f"checking {len(manifest['files'])} files ({manifest['bytes'] / 1e9:.2f} GB) against the manifest")
     state = inspect(dest, manifest, load(stamp_path), full)
     repaired = repair(dest, state)
     if state["missing"] or state["bad"]:
@@ -157,8 +165,10 @@ def pull(dest: Path, manifest_path: Path, urls: list[str], full: bool) -> dict:
                  f"{space['need_bytes'] / 2**30:.1f} GiB more: free space there, or move it elsewhere")
         dest.mkdir(parents=True, exist_ok=True)
         for url in urls:
+            note(f"pulling {missing_bytes(manifest, state) / 1e9:.2f} GB from {url}")
             code, got, error = rsync(url, dest)
             received += got
+            note(f"checking what {url} sent")
             state = inspect(dest, manifest, state["verified"], full)
             if code == 0 and not (state["missing"] or state["bad"] or state["extra"]):
                 used = url

@@ -51,7 +51,7 @@ def inventory(root: Path, hosts: list[str], model: Path) -> Path:
     import yaml
 
     directory = root / f"inventory-{len(hosts)}"
-    (directory / "group_vars").mkdir(parents=True)
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
     (directory / "hosts.yml").write_text(yaml.safe_dump({"vllm_omni": {"hosts": {h: {"vllm_omni_gpus": [0, 1, 2]}
                                                                                 for h in hosts}}}))
     (directory / "group_vars" / "all.yml").write_text(yaml.safe_dump({

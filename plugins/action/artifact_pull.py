@@ -50,7 +50,7 @@ class ActionModule(ActionBase):
     def _wait(self, tmp: str, group: str, args: dict, artifact: str) -> str | None:
         host = self._task_vars.get("inventory_hostname", self._play_context.remote_addr)
         interval, timeout = int(args.get("progress_interval", 10)), int(args.get("timeout", 7200))
-        started, last = time.monotonic(), None
+        started, last, shown = time.monotonic(), None, 0.0
         while True:
             code, progress = self._poll(tmp)
             if code is not None:
@@ -60,10 +60,11 @@ class ActionModule(ActionBase):
                 self._shell(f"kill -- -{shlex.quote(group)} 2>/dev/null")
                 return None
             line = progress_line(host, artifact, progress, args.get("size"), elapsed)
-            if line and line != last:
+            if line and line != last and elapsed - shown >= interval:
                 display.display(line)
-                last = line
-            time.sleep(interval if elapsed > 2 else 1)
+                last, shown = line, elapsed
+            # Short pulls end within a second or two: ask often at first, then every few seconds.
+            time.sleep(min(0.5 + elapsed / 10, 5))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

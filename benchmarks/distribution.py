@@ -52,8 +52,8 @@ def inventory(root: Path, hosts: list[str], model: Path) -> Path:
 
     directory = root / f"inventory-{len(hosts)}"
     (directory / "group_vars").mkdir(parents=True, exist_ok=True)
-    (directory / "hosts.yml").write_text(yaml.safe_dump({"vllm_omni": {"hosts": {h: {"vllm_omni_gpus": [0, 1, 2]}
-                                                                                for h in hosts}}}))
+    engine_hosts = {h: {"vllm_omni_gpus": [0, 1, 2]} for h in hosts}
+    (directory / "hosts.yml").write_text(yaml.safe_dump({"vllm_omni": {"hosts": engine_hosts}}))
     (directory / "group_vars" / "all.yml").write_text(yaml.safe_dump({
         "vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0", "vllm_omni_firewall_enabled": False,
         "vllm_omni_api_key": "benchmark-key-0123456789abcdef", "vllm_omni_model_source": "directory",
@@ -63,6 +63,7 @@ def inventory(root: Path, hosts: list[str], model: Path) -> Path:
 
 def distribute(directory: Path) -> tuple[float, str]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    (CACHE / "artifacts" / "rsyncd.log").unlink(missing_ok=True)  # started afresh when the daemon starts
     started = time.monotonic()
     result = run(["ansible-playbook", "playbooks/deploy.yml", "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
                   "-i", str(directory), "--tags", "artifacts"], cwd=REPO, env=env)
@@ -74,7 +75,8 @@ def distribute(directory: Path) -> tuple[float, str]:
 
 def controller_sent() -> dict[str, int]:
     sent: dict[str, int] = {}
-    for count, module in re.findall(r"sent (\d+) bytes of (\S+) to", (CACHE / "artifacts" / "rsyncd.log").read_text()):
+    log = CACHE / "artifacts" / "rsyncd.log"
+    for count, module in re.findall(r"sent (\d+) bytes of (\S+) to", log.read_text() if log.exists() else ""):
         sent[module] = sent.get(module, 0) + int(count)
     return sent
 

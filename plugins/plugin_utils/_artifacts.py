@@ -198,8 +198,8 @@ def host_rsyncd_text(plan: dict, host: str) -> str:
     """The rsyncd.conf of one serving host (its address, the modules its children pull)."""
     section = plan["artifacts"]
     mine = [a for a in section["items"] if a["id"] in section["per_host"][host]["children"]]
-    return rsyncd_text(mine, section["per_host"][host]["children"], section["port"],
-                        section["per_host"][host]["address"])
+    entry = section["per_host"][host]
+    return rsyncd_text(mine, entry["children"], section["port"], entry["address"])
 
 
 def controller_rsyncd_text(plan: dict, sources: dict[str, str], log_file: str) -> str:

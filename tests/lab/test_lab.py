@@ -241,7 +241,7 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     assert "ok: [lab-1] => (item=omni0)" in checked and "ok: [lab-1] => (item=omni1)" in checked, checked
     snapshot = "/var/lib/vllm-omni/hf/hub/models--Qwen--Qwen3-Omni-30B-A3B-Instruct/snapshots/conformance-config"
     assert on(one_host, f"cat {snapshot}/config.json") == (model / "config.json").read_text()
-    assert "HF_HUB_OFFLINE=1" in on(one_host, "cat /etc/vllm-omni/omni0/engine.env")
+    assert 'HF_HUB_OFFLINE="1"' in on(one_host, "cat /etc/vllm-omni/omni0/engine.env")
     versions = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                             "'import importlib.metadata as m; print(m.version(\"vllm\"), m.version(\"vllm-omni\"))'")
     assert versions.split() == ["0.26.0", "0.26.0"]

@@ -43,7 +43,7 @@ def served(tmp_path):
         f"port = {port}\naddress = 127.0.0.1\nuse chroot = no\nread only = yes\n"
         f"[model]\n    path = {source}\n    hosts allow = 127.0.0.1\n")
     daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={tmp_path / 'rsyncd.conf'}"])
-    for _ in range(50):
+    for _attempt in range(50):
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 break
@@ -124,3 +124,16 @@ def test_check_sums_the_missing_bytes_per_filesystem_and_refuses_what_does_not_f
     assert not huge["fits"] and "model need" in huge["short"][0]
     monkeypatch.setenv("ARTIFACT_SIZES", json.dumps([{"id": "x", "dest": str(tmp_path / "have"), "files": {"a": 5}}]))
     assert tool.main(["check"]) == 0
+
+
+def test_status_says_whole_only_for_what_its_last_check_recorded_unchanged(served, tmp_path):
+    tool, _unused, manifest, url = served
+    dest = tmp_path / "dest"
+    assert tool.status([(dest, manifest)]) == {"whole": {"model": False}}  # nothing there yet
+    tool.pull(dest, manifest, [url], full=False)
+    assert tool.status([(dest, manifest)]) == {"whole": {"model": True}}
+    (dest / "config.json").write_text('{"model_type": "changed"}')
+    assert tool.status([(dest, manifest)]) == {"whole": {"model": False}}
+    tool.pull(dest, manifest, [url], full=False)
+    (dest / "stray").write_text("x")
+    assert tool.status([(dest, manifest)]) == {"whole": {"model": False}}

@@ -179,7 +179,7 @@ def test_good_fetch_verifies_and_stamps(mf, hub, tmp_path, capsys):
 
 
 def test_endpoint_goes_to_both_calls(mf, hub, tmp_path, capsys):
-    code, _, stderr = run(mf, capsys, tmp_path / "omni", "--endpoint", "https://mirror.example")
+    code, _stdout, stderr = run(mf, capsys, tmp_path / "omni", "--endpoint", "https://mirror.example")
     assert code == 0, stderr
     assert hub.apis[0]["endpoint"] == "https://mirror.example"
     assert hub.downloads[0]["endpoint"] == "https://mirror.example"
@@ -206,7 +206,7 @@ def test_pinned_commit_with_stamp_does_not_ask_the_hub(mf, hub, tmp_path, capsys
     assert run(mf, capsys, out, revision=COMMIT)[0] == 0
     hub.infos.clear()
     hub.downloads.clear()
-    code, stdout, _ = run(mf, capsys, out, revision=COMMIT)
+    code, stdout, _stderr = run(mf, capsys, out, revision=COMMIT)
     assert code == 0
     assert hub.infos == [] and hub.downloads == []
     assert json.loads(stdout)["bytes"] == sum(len(data) for data in hub.files.values())
@@ -252,7 +252,7 @@ def test_non_lfs_file_with_wrong_blob_id_fails(mf, hub, tmp_path, capsys):
 
 def test_missing_file_fails(mf, hub, tmp_path, capsys):
     hub.skip = {"tokenizer/vocab.txt"}
-    code, _, stderr = run(mf, capsys, tmp_path / "omni")
+    code, _stdout, stderr = run(mf, capsys, tmp_path / "omni")
     assert code == 2
     [line] = error_lines(stderr)
     assert "tokenizer/vocab.txt (missing)" in line
@@ -274,7 +274,7 @@ def test_files_not_in_the_revision_are_deleted(mf, hub, tmp_path, capsys):
 def test_unsafe_file_name_from_the_hub_is_refused(mf, hub, tmp_path, capsys):
     hub.files["../escape.txt"] = b"outside"
     hub.blob_ids["../escape.txt"] = git_blob_sha1(b"outside")
-    code, _, stderr = run(mf, capsys, tmp_path / "deep" / "omni")
+    code, _stdout, stderr = run(mf, capsys, tmp_path / "deep" / "omni")
     assert code == 2
     [line] = error_lines(stderr)
     assert "'../escape.txt'" in line
@@ -309,7 +309,7 @@ def test_hub_errors_are_one_line_without_the_token(mf, hub, tmp_path, capsys, er
 def test_network_error_names_the_endpoint(mf, hub, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "https://user:pw@hf-mirror.internal")
     hub.info_error = ConnectionError("Connection refused")
-    code, _, stderr = run(mf, capsys, tmp_path / "omni")
+    code, _stdout, stderr = run(mf, capsys, tmp_path / "omni")
     assert code == 2
     [line] = error_lines(stderr)
     assert "https://hf-mirror.internal" in line and "HF_ENDPOINT" in line
@@ -330,7 +330,7 @@ def test_missing_huggingface_hub_gives_the_install_hint(mf, tmp_path, capsys, mo
 
 
 def test_out_at_a_filesystem_root_is_refused(mf, hub, capsys):
-    code, _, stderr = run(mf, capsys, Path("/"))
+    code, _stdout, stderr = run(mf, capsys, Path("/"))
     assert code == 2
     assert "give a directory of its own" in error_lines(stderr)[0]
     assert hub.infos == []

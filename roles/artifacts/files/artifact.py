@@ -3,6 +3,7 @@
 """Manifests, checks and pulls of one artifact directory (a wheel set, a model's files).
 
     artifact.py manifest DIR ID OUT            controller: sha256 and size of every file -> OUT (JSON)
+    artifact.py status DEST MANIFEST [...]     host: which artifacts are whole as last checked (no hashing)
     artifact.py check                          host: the bytes the pulls need and the free space for them
                                                (sizes from ARTIFACT_SIZES: nothing is copied to the host)
     artifact.py pull DEST MANIFEST URL [URL..] host: make DEST exactly the manifest, from the first URL that works
@@ -226,17 +227,34 @@ def check(wanted: list[dict]) -> dict:
             "need_bytes": sum(entry["need_bytes"] for entry in filesystems.values())}
 
 
+def status(pairs: list[tuple[Path, Path]]) -> dict:
+    """Per artifact, whole as last verified: every file there with the size and mtime its check recorded,
+    and nothing else (stat only). Anything else, or --full, means a pull runs (and hashes what it must)."""
+    whole = {}
+    for dest, manifest_path in pairs:
+        manifest, stamp = load(manifest_path), load(manifest_path.with_suffix(".verified"))
+        present = walk(dest) if dest.is_dir() else {}
+        files = manifest.get("files", {})
+        whole[manifest.get("id", str(dest))] = bool(files) and set(present) == set(files) and all(
+            stamp.get(rel) == [present[rel].stat().st_size, present[rel].stat().st_mtime_ns, want["sha256"]]
+            for rel, want in files.items())
+    return {"whole": whole}
+
+
 def main(argv: list[str]) -> int:
     full = "--full" in argv
     args = [a for a in argv if a != "--full"]
     if len(args) == 4 and args[0] == "manifest":
         result = make_manifest(Path(args[1]), args[2], Path(args[3]))
+    elif len(args) >= 3 and len(args) % 2 == 1 and args[0] == "status":
+        result = status([(Path(args[i]), Path(args[i + 1])) for i in range(1, len(args), 2)])
     elif len(args) == 1 and args[0] == "check":
         result = check(json.loads(os.environ.get("ARTIFACT_SIZES", "[]")))
     elif len(args) >= 4 and args[0] == "pull":
         result = pull(Path(args[1]), Path(args[2]), args[3:], full)
     else:
-        fail("usage: artifact.py manifest DIR ID OUT | check | pull DEST MANIFEST URL [URL ...] [--full]")
+        fail("usage: artifact.py manifest DIR ID OUT | status DEST MANIFEST [...] | check"
+             " | pull DEST MANIFEST URL [URL ...] [--full]")
     print(json.dumps(result, sort_keys=True))
     return 0
 

@@ -64,8 +64,8 @@ def test_serving_hosts_get_a_daemon_whose_modules_open_to_their_children_only():
     assert "read only = yes" in first and "use chroot = yes" in first and "uid = nobody" in first
     assert "hosts allow = 10.0.0.4\n" in tree["gpu-0001/artifacts/rsyncd.conf"]
     assert "gpu-0003/artifacts/rsyncd.conf" not in tree and "gpu-0002/artifacts/rsyncd.conf" not in tree
-    controller = _artifacts.controller_rsyncd_text(plan, {i["id"]: f"/cache/{i['id']}" for i in plan["artifacts"]["items"]},
-                                                     "/cache/rsyncd.log")
+    sources = {i["id"]: f"/cache/{i['id']}" for i in plan["artifacts"]["items"]}
+    controller = _artifacts.controller_rsyncd_text(plan, sources, "/cache/rsyncd.log")
     assert "use chroot = no" in controller and "transfer logging = yes" in controller
     assert "hosts allow = 10.0.0.1 10.0.0.2 10.0.0.3 10.0.0.4 10.9.0.1\n" in controller
 

@@ -170,8 +170,11 @@ def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
             entry = per_host.setdefault(host, {"address": ips[host], "artifacts": [], "pulls": {}, "children": {}})
             entry["artifacts"].append(artifact["id"])
             parent = node["parent"]
+            # The parent's module; None when the controller is the parent (its address is known at run time).
             entry["pulls"][artifact["id"]] = {"parent": parent, "round": node["round"],
-                                              "address": None if parent == CONTROLLER else ips[parent]}
+                                              "address": None if parent == CONTROLLER else ips[parent],
+                                              "url": None if parent == CONTROLLER
+                                              else f"rsync://{ips[parent]}:{port}/{artifact['id']}"}
             rounds = max(rounds, node["round"] + 1)
             if parent == CONTROLLER:
                 controller_children.setdefault(artifact["id"], []).append(ips[host])

@@ -281,6 +281,30 @@ def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
     return cache[unit]
 
 
+def install_set(plan: dict, host: str, components: list[str], validate: dict[str, str] | None = None,
+                paths: list[str] | None = None) -> dict[str, list[dict]]:
+    """What the plan_files module puts in place for ``components`` on ``host``: their directories, and
+    their rendered files with texts (files the render cannot hold, ``render`` None, are left to the
+    roles that make them). ``validate``: file name suffix -> check command. ``paths``: only the files
+    with these paths (the components' directories are all listed)."""
+    footprint = plan["footprint"].get(host, {"directories": [], "files": []})
+    directories = [{key: entry[key] for key in ("path", "owner", "group", "mode")}
+                   for entry in footprint["directories"] if entry["component"] in components]
+    files = []
+    cache: dict = {}
+    for entry in footprint["files"]:
+        if entry["render"] is None or entry["component"] not in components or (paths is not None
+                                                                               and entry["path"] not in paths):
+            continue
+        item = {key: entry[key] for key in ("path", "owner", "group", "mode")}
+        item["content"] = _host_text(plan, host, entry["render"], cache)
+        checks = [command for suffix, command in (validate or {}).items() if entry["path"].endswith(suffix)]
+        if checks:
+            item["validate"] = checks[0]
+        files.append(item)
+    return {"directories": directories, "files": files}
+
+
 def host_files(plan: dict, host: str, components: list[str] | None = None, cache: dict | None = None) -> dict[str, str]:
     """{render key: text} of every file the plan's footprint installs on ``host`` (or those of ``components``)."""
     cache = {} if cache is None else cache

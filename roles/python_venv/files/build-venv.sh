@@ -1,8 +1,10 @@
 # shellcheck shell=bash
-# Run by the script module with /bin/bash. Build $PYTHON_VENV_PATH.new, install the pinned packages,
+# Run by the venv_build action with /bin/bash. Build $PYTHON_VENV_PATH.new, install the pinned packages,
 # verify every pin, then swap it in, so a failed install never leaves a half-built venv where a
-# working one was.
+# working one was. Each step is noted in $PROGRESS_FILE (when set), which the action prints with the
+# bytes written so far against "expect BYTES" (the wheels' unpacked size).
 set -euo pipefail
+note() { if [ -n "${PROGRESS_FILE:-}" ]; then printf '%s\n' "$*" >> "$PROGRESS_FILE"; fi; }
 new="$PYTHON_VENV_PATH.new"
 rm -rf "$new"
 # Unpack on the venv's filesystem: /tmp is often a small tmpfs, and an engine venv unpacks to ~8 GB.
@@ -16,17 +18,31 @@ if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then index=(--no-index --find-links "$PYTHO
 # Exactly the lock: every package pinned, every file's sha256 checked (a wheel that is not the locked
 # one is refused), nothing resolved beyond it.
 locked=(--require-hashes --no-deps --requirement "$PYTHON_VENV_LOCK")
+if [ -n "$PYTHON_VENV_FIND_LINKS" ]; then
+  # What the venv will hold: every wheel's unpacked size (read from the zip directories, quick).
+  note "expect $("$PYTHON_VENV_PYTHON" - "$PYTHON_VENV_FIND_LINKS" <<'PY'
+import pathlib, sys, zipfile
+print(sum(entry.file_size for wheel in pathlib.Path(sys.argv[1]).glob("*.whl")
+          for entry in zipfile.ZipFile(wheel).infolist()))
+PY
+)"
+fi
+pins=$(grep -c '==' "$PYTHON_VENV_LOCK" || true)
+note "creating the venv"
 if [ "$PYTHON_VENV_INSTALLER" = uv ]; then
   # Relocatable: entry points find their interpreter relative to themselves, so the rename below is safe.
   "$PYTHON_VENV_UV" venv --quiet --relocatable --python "$PYTHON_VENV_PYTHON" "$new"
+  note "installing $pins locked packages"
   "$PYTHON_VENV_UV" pip install --quiet --no-cache --python "$new/bin/python" "${index[@]}" "${locked[@]}"
 else
   # pip venvs are not relocatable: build in place (the old venv is gone while this runs).
   new="$PYTHON_VENV_PATH"
   rm -rf "$new"
   "$PYTHON_VENV_PYTHON" -m venv "$new"
+  note "installing $pins locked packages"
   "$new/bin/python" -m pip install --quiet --disable-pip-version-check "${index[@]}" "${locked[@]}"
 fi
+note "checking every pin"
 "$new/bin/python" - "${packages[@]}" <<'PY'
 import importlib.metadata, sys
 wrong = []
@@ -42,6 +58,7 @@ if wrong:
     sys.exit("pinned packages not installed as pinned: " + "; ".join(wrong))
 PY
 printf '%s\n' "$PYTHON_VENV_MARKER" > "$new/.vllm-omni-serve.json"
+note "swapping it in"
 if [ "$new" != "$PYTHON_VENV_PATH" ]; then
   rm -rf "$PYTHON_VENV_PATH.old"
   if [ -e "$PYTHON_VENV_PATH" ]; then mv "$PYTHON_VENV_PATH" "$PYTHON_VENV_PATH.old"; fi

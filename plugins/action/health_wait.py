@@ -1,0 +1,59 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""Action for vllm_omni.serve.health_wait (documentation in plugins/modules): repeat the module's one look
+on the host until every target answers 200, print what each is doing meanwhile, fail with the journal."""
+
+from __future__ import annotations
+
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import health_wait_line
+
+display = Display()
+PROGRESS_JOURNAL_LINES = 20
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(("targets", "path", "timeout", "delay", "progress_interval", "journal_lines",
+                             "request_timeout"))
+
+    def _look(self, args: dict, journal_lines: int, task_vars: dict) -> dict:
+        return self._execute_module(module_name="vllm_omni.serve.health_wait", task_vars=task_vars,
+                                    module_args={**args, "journal_lines": journal_lines})
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        timeout, delay = int(args.get("timeout", 1800)), max(1, int(args.get("delay", 5)))
+        interval, path = int(args.get("progress_interval", 15)), args.get("path", "/health")
+        started, shown = time.monotonic(), 0.0
+        while True:
+            seen = self._look(args, PROGRESS_JOURNAL_LINES, task_vars)
+            if seen.get("failed"):
+                return {**result, **seen}
+            waiting = [target for target in seen["targets"] if not target["healthy"]]
+            elapsed = time.monotonic() - started
+            if not waiting:
+                return {**result, "changed": False, "targets": seen["targets"], "waited": round(elapsed, 1)}
+            if elapsed >= timeout:
+                break
+            if elapsed - shown >= interval:
+                for target in waiting:
+                    display.display(health_wait_line(host, target["name"], elapsed, timeout,
+                                                     f"{path}: {target['problem']}", target["journal"]))
+                shown = elapsed
+            time.sleep(min(delay, max(0.0, timeout - elapsed)))
+        final = self._look(args, int(args.get("journal_lines", 40)), task_vars)
+        failing = [target for target in final.get("targets", []) if not target["healthy"]]
+        if not failing:  # answered in the last moment
+            return {**result, "changed": False, "targets": final["targets"], "waited": round(elapsed, 1)}
+        msg = " ".join(
+            f"{host}/{target['name']} ({target['unit']}) did not answer {target['url']} with 200 within {timeout}s"
+            f" ({target['problem']}). Last journal lines: {' | '.join(target['journal']) or 'none'}"
+            for target in failing)
+        return {**result, "failed": True, "msg": msg, "targets": final["targets"], "waited": round(elapsed, 1)}

@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: health_wait
+short_description: Wait until each service answers its health URL with 200, saying from its journal what it is doing
+version_added: 0.1.0
+description:
+  - Asks each target's URL (plus I(path)) on the host until every one answers 200 or I(timeout) seconds pass.
+  - While it waits it prints, every I(progress_interval) seconds, one line per target that is not healthy yet.
+    The line says how long it has waited, what the URL answered, and what the unit's journal says the engine is
+    doing, read from vLLM's start-up milestones (loading weights with its percentage, compiling, allocating the KV
+    cache, capturing CUDA graphs, starting the API server), followed by the journal's newest line.
+  - When the time is up it fails with one message per target that did not answer, naming the host, the target,
+    its unit and URL, and the unit's last I(journal_lines) journal lines.
+  - Runs as an action on the controller that repeats one look on the host (this module) every I(delay) seconds.
+options:
+  targets:
+    description:
+      - Services to wait for, each with C(name), C(unit) (its systemd unit) and C(url) (or C(health_url), used
+        first); other keys are ignored, so the plan's pipelines can be passed as they are.
+    type: list
+    elements: dict
+    required: true
+  path:
+    description: Appended to each URL (C(/health), C(/readiness)).
+    type: str
+    default: /health
+  timeout:
+    description: Seconds to wait in all.
+    type: int
+    default: 1800
+  delay:
+    description: Seconds between looks.
+    type: int
+    default: 5
+  progress_interval:
+    description: Seconds between progress lines.
+    type: int
+    default: 15
+  journal_lines:
+    description: Journal lines in the failure message (progress reads the newest 20).
+    type: int
+    default: 40
+  request_timeout:
+    description: Seconds one request may take.
+    type: int
+    default: 5
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+  action:
+    support: full
+    description: The waiting, progress and failure message are the action's; the module takes one look.
+author:
+  - vllm_omni.serve contributors (@vllm-omni-serve)
+"""
+
+EXAMPLES = r"""
+- name: Health | every pipeline answers /health
+  vllm_omni.serve.health_wait:
+    targets: "{{ vllm_omni_plan.hosts[inventory_hostname].pipelines }}"
+    path: /health
+    timeout: 1800
+"""
+
+RETURN = r"""
+targets:
+  description: Each target's C(name), C(unit), C(url), C(status) (HTTP status or null), C(healthy), C(problem),
+    and C(journal) (its newest lines, only while it is not healthy).
+  type: list
+  elements: dict
+  returned: always
+waited:
+  description: Seconds waited (set by the action).
+  type: float
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vllm_omni.serve.plugins.module_utils._health import look
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"targets": {"type": "list", "elements": "dict", "required": True},
+                       "path": {"type": "str", "default": "/health"},
+                       "timeout": {"type": "int", "default": 1800},
+                       "delay": {"type": "int", "default": 5},
+                       "progress_interval": {"type": "int", "default": 15},
+                       "journal_lines": {"type": "int", "default": 40},
+                       "request_timeout": {"type": "int", "default": 5}},
+        supports_check_mode=True)
+    targets = module.params["targets"]
+    missing = [str(index) for index, target in enumerate(targets)
+               if not all(target.get(key) for key in ("name", "unit")) or not (target.get("health_url") or target.get("url"))]
+    if missing:
+        module.fail_json(msg=f"targets {', '.join(missing)} lack a name, unit or url")
+    seen = look(targets, module.params["path"], module.params["journal_lines"], module.params["request_timeout"])
+    module.exit_json(changed=False, targets=seen, waited=0.0)
+
+
+if __name__ == "__main__":
+    main()

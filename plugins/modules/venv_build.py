@@ -1,0 +1,83 @@
+#!/usr/bin/python
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: venv_build
+short_description: Build a pinned venv beside the running one and swap it in, showing progress
+version_added: 0.1.0
+description:
+  - Runs the python_venv role's C(build-venv.sh) on the host in the background. The script creates the venv beside
+    the old one (C(PATH.new); pip builds in place), installs exactly the lock (every hash checked, nothing
+    resolved beyond it), checks every pin, and renames it into place.
+  - Every I(progress_interval) seconds it prints the step, and while packages install the bytes written of the
+    wheels' unpacked size, the rate and the time left, so an engine venv of several GB is not a silent wait.
+  - Runs as an action on the controller (it copies the script to the host, starts it, polls it).
+options:
+  path:
+    description: The venv's path.
+    type: path
+    required: true
+  settings:
+    description: The script's C(PYTHON_VENV_*) environment (installer, interpreter, lock, wheel directory, packages,
+      marker); see the python_venv role's C(tasks/install.yml).
+    type: dict
+    required: true
+  timeout:
+    description: Seconds the build may take before it is stopped and the task fails.
+    type: int
+    default: 3600
+  progress_interval:
+    description: Seconds between progress lines.
+    type: int
+    default: 15
+attributes:
+  check_mode:
+    support: none
+    description: Builds; the python_venv role reports what check mode would install instead.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+  action:
+    support: full
+    description: The work is the action's; this file documents it.
+author:
+  - vllm_omni.serve contributors (@vllm-omni-serve)
+"""
+
+EXAMPLES = r"""
+- name: Python venv | build the venv next to the old one, install, verify the pins, swap in
+  vllm_omni.serve.venv_build:
+    path: /opt/vllm-omni/venvs/vllm-omni-0.26.0
+    settings:
+      PYTHON_VENV_PYTHON: /usr/bin/python3
+      PYTHON_VENV_INSTALLER: uv
+      PYTHON_VENV_UV: /opt/vllm-omni/tools/bin/uv
+      PYTHON_VENV_FIND_LINKS: /var/lib/vllm-omni-serve/wheelhouse/engine-0.26.0
+      PYTHON_VENV_LOCK: /var/lib/vllm-omni-serve/wheelhouse/engine-0.26.0/engine-0.26.0.host.txt
+      PYTHON_VENV_PACKAGES: vllm-omni==0.26.0
+      PYTHON_VENV_MARKER: '{"packages": ["vllm-omni==0.26.0"]}'
+"""
+
+RETURN = r"""
+path:
+  description: The venv's path.
+  type: str
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={"path": {"type": "path", "required": True},
+                                          "settings": {"type": "dict", "required": True},
+                                          "timeout": {"type": "int", "default": 3600},
+                                          "progress_interval": {"type": "int", "default": 15}})
+    module.fail_json(msg="venv_build runs as an action on the controller (plugins/action/venv_build.py)")
+
+
+if __name__ == "__main__":
+    main()

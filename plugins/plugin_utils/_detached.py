@@ -1,0 +1,67 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""A long script on a host, run detached from the connection so the action can print its progress
+(artifact_pull, venv_build): copy it into the task's remote temp directory, start it in its own
+process group with its output, progress file and exit code beside it, poll, stop it on timeout."""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+
+class DetachedScript:
+    """One run of ``script`` (a role's files/ entry) on the host of ``action`` (an ActionBase)."""
+
+    def __init__(self, action, tmp: str, script: str):
+        self.action, self.tmp, self.script = action, tmp, script
+        self.group: str | None = None
+
+    def shell(self, command: str) -> dict:
+        return self.action._low_level_execute_command(command, sudoable=True)
+
+    def start(self, interpreter: str, args: list[str], environment: dict[str, str] | None = None) -> None:
+        remote = f"{self.tmp}/{self.script}"
+        self.action._transfer_file(self.action._find_needle("files", self.script), remote)
+        self.action._fixup_perms2([self.tmp, remote])
+        env = {**(environment or {}), "PROGRESS_FILE": f"{self.tmp}/progress"}
+        assignments = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in env.items())
+        quoted = shlex.quote
+        inner = (f"{assignments} {shlex.join([interpreter, remote, *args])} > {quoted(self.tmp + '/out')} "
+                 f"2> {quoted(self.tmp + '/err')}; echo $? > {quoted(self.tmp + '/rc')}")
+        started = self.shell(f"cd / && setsid sh -c {quoted(inner)} < /dev/null > /dev/null 2>&1 & echo $!")
+        if started["rc"] != 0:
+            raise RuntimeError(f"could not start {self.script}: {started['stderr'].strip()[-300:]}")
+        self.group = started["stdout"].strip().splitlines()[-1]
+
+    def poll(self, extra: str = "") -> tuple[str | None, str, str]:
+        """(exit code once finished, the progress file's tail, the output of ``extra``, a shell command)."""
+        seen = self.shell(f"cat {self.tmp}/rc 2>/dev/null; echo '#--#'; tail -c 2000 {self.tmp}/progress 2>/dev/null;"
+                          f" echo '#--#'; {extra or 'true'}")
+        code, _sep, rest = seen["stdout"].partition("#--#")
+        progress, _sep, extra_out = rest.partition("#--#")
+        return (code.strip() or None), progress, extra_out.strip()
+
+    def wait(self, timeout: int, on_progress, extra: str = "") -> str | None:
+        """Poll until the script ends (its exit code) or ``timeout`` seconds pass (None; the script is
+        killed). ``on_progress(progress_text, extra_output, elapsed)`` is called after each poll."""
+        started = time.monotonic()
+        while True:
+            code, progress, extra_out = self.poll(extra)
+            if code is not None:
+                return code
+            elapsed = time.monotonic() - started
+            if elapsed > timeout:
+                self.shell(f"kill -- -{shlex.quote(self.group or '0')} 2>/dev/null")
+                return None
+            on_progress(progress, extra_out, elapsed)
+            # Short runs end within a second or two: ask often at first, then every few seconds.
+            time.sleep(min(0.5 + elapsed / 10, 5))
+
+    def output(self) -> tuple[str, str]:
+        """(stdout, the last 3000 bytes of stderr)."""
+        out = self.shell(f"cat {self.tmp}/out; echo '#--#'; tail -c 3000 {self.tmp}/err")["stdout"]
+        stdout, _sep, stderr = out.partition("#--#")
+        return stdout, stderr

@@ -1,4 +1,5 @@
-"""Deploy timings on the local lab (needs root): first deploy, no-op re-run, 1 host vs 3 hosts, router overhead.
+"""Deploy timings on the local lab (needs root): first deploy, no-op re-run, 1 host vs 3 hosts, router overhead
+(the front door and vllm-router against one engine directly).
 
     python benchmarks/lab_deploy.py [--rounds 2]
 
@@ -49,10 +50,21 @@ def deploy(layout: Path) -> tuple[float, str]:
     return seconds, result.stdout.split("PLAY RECAP")[-1]
 
 
-def loadgen(url: str, requests: int) -> dict:
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "loadgen.py"), url, "--requests", str(requests),
-                          "--key-file", str(KEY_FILE), "--json"], capture_output=True, text=True, check=True).stdout
+def loadgen(url: str, requests: int, ca_file: str | None = None) -> dict:
+    """loadgen.py, run from lab-3's network namespace: an inventory peer, so the firewall lets it reach an
+    engine's port directly as well as the front door (the controller may reach the front door only)."""
+    out = subprocess.run([*LAB, "net", "lab-3", "--", sys.executable, str(REPO / "benchmarks" / "loadgen.py"),
+                          url, "--requests", str(requests), "--key-file", str(KEY_FILE), "--json",
+                          *(["--ca-file", ca_file] if ca_file else [])],
+                         capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+def front_door() -> tuple[str, str]:
+    """The demo's router URL (https: the TLS front door) and the CA that signed it, from its plan."""
+    router, _model, ca_file = subprocess.run([sys.executable, str(REPO / "tests" / "lab" / "demo_info.py")],
+                                             capture_output=True, text=True, check=True).stdout.split()
+    return router, ca_file
 
 
 def main() -> int:
@@ -77,9 +89,10 @@ def main() -> int:
                                                                   if w.startswith("changed="))})
     report["noop_rerun"] = noop
     direct, routed = [], []
+    router, ca_file = front_door()
     for _round in range(3):  # alternate, so drift hits both paths alike
-        direct.append(loadgen("http://10.77.0.11:8091", 150))
-        routed.append(loadgen("http://10.77.0.13:8000", 150))
+        direct.append(loadgen("http://10.77.0.11:8091", 150))  # lab-1's first pipeline (the demo's plan)
+        routed.append(loadgen(router, 150, ca_file))  # through the front door (TLS, key) and vllm-router
     report["router_overhead"] = {
         "direct_p50_ms": [r["p50_ms"] for r in direct], "router_p50_ms": [r["p50_ms"] for r in routed],
         "direct_p99_ms": [r["p99_ms"] for r in direct], "router_p99_ms": [r["p99_ms"] for r in routed],

@@ -10,6 +10,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import health_wait_line
 
 display = Display()
@@ -31,13 +32,26 @@ class ActionModule(ActionBase):
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         timeout, delay = int(args.get("timeout", 1800)), max(1, int(args.get("delay", 5)))
         interval, path = int(args.get("progress_interval", 15)), args.get("path", "/health")
+        targets = args.get("targets")
+        missing = incomplete(targets) if isinstance(targets, list) else ["all"]
+        if missing:  # bad input fails now, not after the timeout
+            return {**result, "failed": True,
+                    "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, unit or url (a list of dicts)"}
         started, shown = time.monotonic(), 0.0
         while True:
             seen = self._look(args, PROGRESS_JOURNAL_LINES, task_vars)
-            if seen.get("failed"):
-                return {**result, **seen}
-            waiting = [target for target in seen["targets"] if not target["healthy"]]
             elapsed = time.monotonic() - started
+            if seen.get("unreachable"):  # the host is gone: Ansible takes it out of the play
+                return {**result, **seen}
+            if seen.get("failed") or "targets" not in seen:  # one look that failed is retried, like a refusal
+                if elapsed >= timeout:
+                    return {**result, **seen}
+                if elapsed - shown >= interval:
+                    display.display(f"{host}: the health look failed, retrying: {seen.get('msg', '')[:200]}")
+                    shown = elapsed
+                time.sleep(min(delay, max(0.0, timeout - elapsed)))
+                continue
+            waiting = [target for target in seen["targets"] if not target["healthy"]]
             if not waiting:
                 return {**result, "changed": False, "targets": seen["targets"], "waited": round(elapsed, 1)}
             if elapsed >= timeout:
@@ -49,6 +63,8 @@ class ActionModule(ActionBase):
                 shown = elapsed
             time.sleep(min(delay, max(0.0, timeout - elapsed)))
         final = self._look(args, int(args.get("journal_lines", 40)), task_vars)
+        if final.get("failed") or final.get("unreachable") or "targets" not in final:
+            return {**result, **final}
         failing = [target for target in final.get("targets", []) if not target["healthy"]]
         if not failing:  # answered in the last moment
             return {**result, "changed": False, "targets": final["targets"], "waited": round(elapsed, 1)}

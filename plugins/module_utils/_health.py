@@ -40,6 +40,13 @@ def journal(unit: str, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def incomplete(targets: list) -> list[str]:
+    """The positions of targets that lack a name, a unit or a URL (bad input: refused before any look)."""
+    return [str(index) for index, target in enumerate(targets)
+            if not isinstance(target, dict) or not (target.get("name") and target.get("unit"))
+            or not (target.get("health_url") or target.get("url"))]
+
+
 def look(targets: list[dict], path: str, journal_lines: int, timeout: float) -> list[dict]:
     """Each target's status; the journal only of those that did not answer 200."""
     seen = []

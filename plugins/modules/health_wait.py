@@ -86,7 +86,7 @@ waited:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vllm_omni.serve.plugins.module_utils._health import look
+from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete, look
 
 
 def main():
@@ -100,8 +100,7 @@ def main():
                        "request_timeout": {"type": "int", "default": 5}},
         supports_check_mode=True)
     targets = module.params["targets"]
-    missing = [str(index) for index, target in enumerate(targets)
-               if not all(target.get(key) for key in ("name", "unit")) or not (target.get("health_url") or target.get("url"))]
+    missing = incomplete(targets)
     if missing:
         module.fail_json(msg=f"targets {', '.join(missing)} lack a name, unit or url")
     seen = look(targets, module.params["path"], module.params["journal_lines"], module.params["request_timeout"])

@@ -64,3 +64,8 @@ def test_the_journal_is_the_current_runs(monkeypatch):
     monkeypatch.setattr(_health, "_run", lambda argv: calls.append(argv) or "")
     assert _health.journal("never-started", 5) == []
     assert calls[-1][:3] == ["journalctl", "-u", "never-started"]
+
+
+def test_targets_without_name_unit_or_url_are_named():
+    assert _health.incomplete([{"name": "a", "unit": "u", "url": "http://x"}, {"name": "b", "unit": "u"},
+                               {"unit": "u", "health_url": "http://y"}, "not a dict"]) == ["1", "2", "3"]

@@ -30,8 +30,16 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        timeout, delay = int(args.get("timeout", 1800)), max(1, int(args.get("delay", 5)))
-        interval, path = int(args.get("progress_interval", 15)), args.get("path", "/health")
+        numbers = {}
+        for name, default in (("timeout", 1800), ("delay", 5), ("progress_interval", 15), ("journal_lines", 40)):
+            try:
+                numbers[name] = int(args.get(name, default))
+            except (TypeError, ValueError):  # bad input fails now, in one line, not as a traceback
+                return {**result, "failed": True,
+                        "msg": f"{host}: health_wait {name} must be a whole number of seconds or lines,"
+                               f" got {args.get(name)!r}"}
+        timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
+        path = args.get("path", "/health")
         targets = args.get("targets")
         missing = incomplete(targets) if isinstance(targets, list) else ["all"]
         if missing:  # bad input fails now, not after the timeout
@@ -62,7 +70,7 @@ class ActionModule(ActionBase):
                                                      f"{path}: {target['problem']}", target["journal"]))
                 shown = elapsed
             time.sleep(min(delay, max(0.0, timeout - elapsed)))
-        final = self._look(args, int(args.get("journal_lines", 40)), task_vars)
+        final = self._look(args, numbers["journal_lines"], task_vars)
         if final.get("failed") or final.get("unreachable") or "targets" not in final:
             return {**result, **final}
         failing = [target for target in final.get("targets", []) if not target["healthy"]]

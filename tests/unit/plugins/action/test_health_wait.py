@@ -1,0 +1,111 @@
+"""health_wait's action: the loop around the module's one look (bad input refused before any look,
+retries until the timeout, an unreachable host ends the wait, the failure carries the journal)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.vllm_omni.serve.plugins.action import health_wait
+
+TARGET = {"name": "omni0", "unit": "vllm-omni@omni0.service", "url": "http://127.0.0.1:8091"}
+
+
+class Clock:
+    """time.monotonic and time.sleep for the action: sleeping moves the clock, nothing waits."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+class Task:
+    def __init__(self, args):
+        self.args = args
+
+
+class PlayContext:
+    remote_addr = "10.0.0.1"
+
+
+def seen(healthy, journal=()):
+    return {"targets": [{**TARGET, "url": TARGET["url"] + "/health", "healthy": healthy,
+                         "problem": "" if healthy else "connection refused", "journal": list(journal)}]}
+
+
+@pytest.fixture
+def action(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(health_wait.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(health_wait.time, "sleep", clock.sleep)
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    shown = []
+    monkeypatch.setattr(health_wait.display, "display", shown.append)
+
+    def make(args, answers):
+        module = object.__new__(health_wait.ActionModule)
+        module._task, module._play_context = Task(args), PlayContext()
+        looks = []
+
+        def look(module_args, journal_lines, task_vars):
+            looks.append(journal_lines)
+            return answers[min(len(looks), len(answers)) - 1]
+
+        module._look = look
+        return module, looks, shown, clock
+    return make
+
+
+def test_healthy_after_retries_reports_the_wait(action):
+    module, looks, shown, _ = action({"targets": [TARGET], "delay": 5, "progress_interval": 10},
+                                     [seen(False, ["Loading weights took 1.0 seconds"])] * 4 + [seen(True)])
+    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert not result.get("failed") and result["changed"] is False
+    assert result["waited"] == 20.0 and len(looks) == 5
+    assert shown and all(line.startswith("lab-1") and "omni0" in line for line in shown)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"targets": [TARGET], "timeout": "half an hour"}, "health_wait timeout must be a whole number"),
+    ({"targets": [TARGET], "journal_lines": None}, "health_wait journal_lines must be a whole number"),
+    ({"targets": [{"name": "omni0", "url": "http://x"}]}, "targets 0 lack a name, unit or url"),
+    ({"targets": "omni0"}, "targets all lack"),
+])
+def test_bad_input_fails_at_once_without_a_look(action, args, needle):
+    module, looks, _, _ = action(args, [seen(True)])
+    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and needle in result["msg"] and result["msg"].startswith("lab-1: ")
+    assert looks == []
+
+
+def test_unreachable_host_ends_the_wait(action):
+    gone = {"unreachable": True, "msg": "ssh: connect to host lab-2 port 22: No route to host"}
+    module, looks, _, clock = action({"targets": [TARGET], "timeout": 600}, [seen(False), gone])
+    result = module.run(task_vars={"inventory_hostname": "lab-2"})
+    assert result["unreachable"] and len(looks) == 2 and clock.now < 600
+
+
+def test_a_failed_look_is_retried_until_the_timeout(action):
+    broken = {"failed": True, "msg": "MODULE FAILURE: /usr/bin/python3: not found"}
+    module, looks, _, _ = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken, broken, seen(True)])
+    assert module.run(task_vars={"inventory_hostname": "lab-1"})["changed"] is False and len(looks) == 3
+    module, looks, _, clock = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken])
+    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and "MODULE FAILURE" in result["msg"] and clock.now >= 30
+
+
+def test_timeout_fails_with_the_unit_url_and_journal(action):
+    journal = ["Starting to load model /srv/models/qwen3-omni", "CUDA out of memory"]
+    module, looks, _, clock = action({"targets": [TARGET], "timeout": 20, "delay": 5, "journal_lines": 7},
+                                     [seen(False, journal)])
+    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and clock.now >= 20
+    assert looks[-1] == 7 and all(lines == health_wait.PROGRESS_JOURNAL_LINES for lines in looks[:-1])
+    for needle in ("lab-1/omni0 (vllm-omni@omni0.service)", "http://127.0.0.1:8091/health", "within 20s",
+                   "CUDA out of memory"):
+        assert needle in result["msg"]

@@ -50,11 +50,13 @@ ENGINE_PHASES = (
     (re.compile(r"\.safetensors.*\d+%|Downloading|Fetching \d+ files"), "downloading weights (not staged)"),
     (re.compile(r"Starting to load model|Loading safetensors checkpoint shards|Loading weights"), "loading weights"),
     (re.compile(r"Loading weights took|Model loading took"), "weights loaded, profiling memory"),
-    (re.compile(r"torch\.compile takes|Compiling a graph|Dynamo bytecode transform"), "compiling (torch.compile)"),
+    (re.compile(r"Dynamo bytecode transform|Compiling a graph|Cache the graph of compile range|saved AOT compiled"),
+     "compiling (torch.compile)"),
+    (re.compile(r"torch\.compile (?:takes|took) .* in total|Initial profiling/warmup run"), "compiled, profiling memory"),
     (re.compile(r"Available KV cache memory|GPU KV cache size|Maximum concurrency for"), "allocating the KV cache"),
     (re.compile(r"Mooncake Bootstrap Server started|Registering KV_Caches|Initializing Mooncake Transfer Engine worker"),
      "setting up the KV transfer (Mooncake)"),
-    (re.compile(r"Capturing CUDA graphs?"), "capturing CUDA graphs"),
+    (re.compile(r"Capturing CUDA graphs?(?: \(([^)]+)\))?"), "capturing CUDA graphs"),
     (re.compile(r"Graph capturing finished|init engine \(profile, create kv cache"), "engine initialised"),
     (re.compile(r"Starting vLLM API server"), "API server starting"),
 )
@@ -70,19 +72,26 @@ def engine_phase(lines: list[str]) -> str | None:
     ``stage N:`` in front when a vLLM-Omni stage process printed it), or None when no line is one of
     vLLM's milestones (a stand-in, or the process has just started)."""
     for line in reversed(lines):
-        text = ANSI.sub("", line)
-        for pattern, phase in reversed(ENGINE_PHASES):
-            if pattern.search(text):
-                percent = PERCENT.search(text) if phase in COUNTED else None
-                stage = STAGE.search(text)
-                return (f"stage {stage.group(1)}: " if stage else "") + (
-                    f"{phase} ({percent.group(1)}%)" if percent else phase)
+        # A tqdm bar is one journal line of carriage-return separated updates behind one process tag:
+        # the tag is at the front, the newest update at the back.
+        segments = ANSI.sub("", line).split("\r")
+        stage = STAGE.search(segments[0])
+        for text in reversed(segments):
+            for pattern, phase in reversed(ENGINE_PHASES):
+                found = pattern.search(text)
+                if found:
+                    percent = PERCENT.search(text) if phase in COUNTED else None
+                    # vLLM captures in passes, "(mixed prefill-decode, PIECEWISE)" then "(decode, FULL)": name it.
+                    label = f"{found.group(1)}: " if found.lastindex else ""
+                    return (f"stage {stage.group(1)}: " if stage else "") + (
+                        f"{phase} ({label}{percent.group(1)}%)" if percent else phase)
     return None
 
 
 def plain_log_line(line: str, width: int = 140) -> str:
     """A journal line without colour codes, process tag, level and source location, cut to ``width``."""
-    plain = ANSI.sub("", line.strip())
+    newest = [segment for segment in ANSI.sub("", line).split("\r") if segment.strip()]  # a tqdm bar: its newest update
+    plain = newest[-1].strip() if newest else ""
     text = LOG_PREFIX.sub("", plain, count=1).strip() or plain
     return text if len(text) <= width else text[: width - 3] + "..."
 

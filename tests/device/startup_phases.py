@@ -17,7 +17,8 @@ _spec.loader.exec_module(progress)
 
 def main(logs: pathlib.Path) -> None:
     for path in sorted(p for p in logs.glob("*.log") if not p.name.endswith(".tail.log")):
-        lines = path.read_text(errors="replace").splitlines()
+        # Split at newlines only, as journald does: a tqdm bar's carriage-return updates stay one line.
+        lines = path.read_bytes().decode(errors="replace").split("\n")
         print(f"===== {path.name}: {len(lines)} lines")
         last = None
         for number, line in enumerate(lines, 1):

@@ -52,7 +52,7 @@ VLLM_START = [
 ]
 PHASES = ["loading weights", "loading weights (50%)", "weights loaded, profiling memory",
           "weights loaded, profiling memory", "compiling (torch.compile)", "allocating the KV cache",
-          "capturing CUDA graphs (45%)", "engine initialised", "API server starting"]
+          "capturing CUDA graphs (mixed prefill-decode, PIECEWISE: 45%)", "engine initialised", "API server starting"]
 
 
 @pytest.mark.parametrize("upto", range(len(VLLM_START)))
@@ -91,19 +91,43 @@ def test_a_venv_build_shows_its_step_then_bytes_of_the_unpacked_total_rate_and_t
     assert venv_line("h", "/v", notes + "checking every pin\n", 8_100_000_000, 80) == "h: /v: checking every pin (80 s)"
 
 
-def test_a_real_pd_start_reads_as_its_stages_milestones_in_order():
-    """The engine log of a real vLLM-Omni text PD start on an H200 (tests/fixtures/device-h200-startup)."""
+EAGER_STAGE = ["loading weights", "weights loaded, profiling memory", "allocating the KV cache",
+               "setting up the KV transfer (Mooncake)", "engine initialised"]
+CAPTURE = ["capturing CUDA graphs (mixed prefill-decode, PIECEWISE: 100%)", "capturing CUDA graphs (decode, FULL: 100%)"]
+COMPILED_STAGE = [*EAGER_STAGE[:2], "compiling (torch.compile)", "compiled, profiling memory", *EAGER_STAGE[2:4]]
+
+
+def _phases_in_order(name: str) -> list[str]:
     from pathlib import Path
 
-    log = Path(__file__).resolve().parents[3] / "fixtures/device-h200-startup/pd-text-start.log"
-    lines = [line for line in log.read_text().splitlines() if not line.startswith("# ")]
+    log = Path(__file__).resolve().parents[3] / "fixtures/device-h200-startup" / name
+    # Lines as journald keeps them: split at newlines only (a tqdm bar's carriage returns stay inside).
+    lines = [line for line in log.read_bytes().decode().split("\n") if not line.startswith("# ")]
     seen = []
     for upto in range(len(lines)):
         phase = engine_phase(lines[: upto + 1])
         if phase and (not seen or seen[-1] != phase):
             seen.append(phase)
-    assert seen == [
-        "stage 0: loading weights", "stage 0: weights loaded, profiling memory", "stage 0: allocating the KV cache",
-        "stage 0: setting up the KV transfer (Mooncake)", "stage 0: engine initialised",
-        "stage 1: loading weights", "stage 1: weights loaded, profiling memory", "stage 1: allocating the KV cache",
-        "stage 1: setting up the KV transfer (Mooncake)", "stage 1: engine initialised", "API server starting"]
+    return seen
+
+
+def test_a_real_pd_start_reads_as_its_stages_milestones_in_order():
+    """The engine log of a real vLLM-Omni text PD start on an H200, eager (tests/fixtures/device-h200-startup)."""
+    assert _phases_in_order("pd-text-start.log") == (
+        [f"stage 0: {phase}" for phase in EAGER_STAGE] + [f"stage 1: {phase}" for phase in EAGER_STAGE]
+        + ["API server starting"])
+
+
+def test_a_compiled_start_shows_compilation_and_each_stages_cuda_graph_capture():
+    """The same pipeline with torch.compile and CUDA graphs: the bars' newest update, under their stage's tag."""
+    assert _phases_in_order("pd-text-compiled-start.log") == [
+        f"stage {stage}: {phase}" for stage in (0, 1) for phase in COMPILED_STAGE + CAPTURE + ["engine initialised"]
+    ] + ["API server starting"]
+
+
+def test_a_tqdm_bar_reads_as_its_newest_update():
+    bar = ("\x1b[0;36m(StageEngineCoreProc_stage1_replica0 pid=1059)\x1b[0;0m Capturing CUDA graphs (decode, FULL):"
+           "   0%|          | 0/11 [00:00<?, ?it/s]\rCapturing CUDA graphs (decode, FULL):  55%|█████▍    | 6/11"
+           " [00:00<00:00, 11.17it/s]")
+    assert engine_phase([bar]) == "stage 1: capturing CUDA graphs (decode, FULL: 55%)"
+    assert plain_log_line(bar) == "Capturing CUDA graphs (decode, FULL):  55%|█████▍    | 6/11 [00:00<00:00, 11.17it/s]"

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import subprocess
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 
 def answer(url: str, timeout: float) -> tuple[int | None, str]:
-    """(HTTP status or None, what went wrong in a few words; empty when 200)."""
+    """(HTTP status or None, what went wrong in a few words; empty when 200). No proxy: the URLs are the
+    plan's own addresses on the host, which a site's http_proxy must not capture."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - the plan's own http URLs
+        with open_url(url, timeout=timeout, use_proxy=False, follow_redirects="none") as response:
             return response.status, "" if response.status == 200 else f"HTTP {response.status}"
     except urllib.error.HTTPError as error:
         return error.code, f"HTTP {error.code}"

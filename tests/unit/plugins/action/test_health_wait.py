@@ -3,6 +3,8 @@ retries until the timeout, an unreachable host ends the wait, the failure carrie
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from ansible.plugins.action import ActionBase
 
@@ -57,17 +59,17 @@ def action(monkeypatch):
             return answers[min(len(looks), len(answers)) - 1]
 
         module._look = look
-        return module, looks, shown, clock
+        return types.SimpleNamespace(module=module, looks=looks, shown=shown, clock=clock)
     return make
 
 
 def test_healthy_after_retries_reports_the_wait(action):
-    module, looks, shown, _ = action({"targets": [TARGET], "delay": 5, "progress_interval": 10},
-                                     [seen(False, ["Loading weights took 1.0 seconds"])] * 4 + [seen(True)])
-    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    run = action({"targets": [TARGET], "delay": 5, "progress_interval": 10},
+                 [seen(False, ["Loading weights took 1.0 seconds"])] * 4 + [seen(True)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
     assert not result.get("failed") and result["changed"] is False
-    assert result["waited"] == 20.0 and len(looks) == 5
-    assert shown and all(line.startswith("lab-1") and "omni0" in line for line in shown)
+    assert result["waited"] == 20.0 and len(run.looks) == 5
+    assert run.shown and all(line.startswith("lab-1") and "omni0" in line for line in run.shown)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -77,35 +79,35 @@ def test_healthy_after_retries_reports_the_wait(action):
     ({"targets": "omni0"}, "targets all lack"),
 ])
 def test_bad_input_fails_at_once_without_a_look(action, args, needle):
-    module, looks, _, _ = action(args, [seen(True)])
-    result = module.run(task_vars={"inventory_hostname": "lab-1"})
+    run = action(args, [seen(True)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
     assert result["failed"] and needle in result["msg"] and result["msg"].startswith("lab-1: ")
-    assert looks == []
+    assert run.looks == []
 
 
 def test_unreachable_host_ends_the_wait(action):
     gone = {"unreachable": True, "msg": "ssh: connect to host lab-2 port 22: No route to host"}
-    module, looks, _, clock = action({"targets": [TARGET], "timeout": 600}, [seen(False), gone])
-    result = module.run(task_vars={"inventory_hostname": "lab-2"})
-    assert result["unreachable"] and len(looks) == 2 and clock.now < 600
+    run = action({"targets": [TARGET], "timeout": 600}, [seen(False), gone])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-2"})
+    assert result["unreachable"] and len(run.looks) == 2 and run.clock.now < 600
 
 
 def test_a_failed_look_is_retried_until_the_timeout(action):
     broken = {"failed": True, "msg": "MODULE FAILURE: /usr/bin/python3: not found"}
-    module, looks, _, _ = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken, broken, seen(True)])
-    assert module.run(task_vars={"inventory_hostname": "lab-1"})["changed"] is False and len(looks) == 3
-    module, looks, _, clock = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken])
-    result = module.run(task_vars={"inventory_hostname": "lab-1"})
-    assert result["failed"] and "MODULE FAILURE" in result["msg"] and clock.now >= 30
+    recovers = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken, broken, seen(True)])
+    assert recovers.module.run(task_vars={"inventory_hostname": "lab-1"})["changed"] is False
+    assert len(recovers.looks) == 3
+    stays = action({"targets": [TARGET], "timeout": 30, "delay": 5}, [broken])
+    result = stays.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and "MODULE FAILURE" in result["msg"] and stays.clock.now >= 30
 
 
 def test_timeout_fails_with_the_unit_url_and_journal(action):
     journal = ["Starting to load model /srv/models/qwen3-omni", "CUDA out of memory"]
-    module, looks, _, clock = action({"targets": [TARGET], "timeout": 20, "delay": 5, "journal_lines": 7},
-                                     [seen(False, journal)])
-    result = module.run(task_vars={"inventory_hostname": "lab-1"})
-    assert result["failed"] and clock.now >= 20
-    assert looks[-1] == 7 and all(lines == health_wait.PROGRESS_JOURNAL_LINES for lines in looks[:-1])
+    run = action({"targets": [TARGET], "timeout": 20, "delay": 5, "journal_lines": 7}, [seen(False, journal)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and run.clock.now >= 20
+    assert run.looks[-1] == 7 and all(lines == health_wait.PROGRESS_JOURNAL_LINES for lines in run.looks[:-1])
     for needle in ("lab-1/omni0 (vllm-omni@omni0.service)", "http://127.0.0.1:8091/health", "within 20s",
                    "CUDA out of memory"):
         assert needle in result["msg"]

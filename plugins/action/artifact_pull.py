@@ -11,7 +11,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import DetachedScript
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import ProgressPrinter, run_detached, whole_numbers
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import progress_line
 
 display = Display()
@@ -28,27 +28,23 @@ class ActionModule(ActionBase):
         args = self._task.args
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         artifact = str(args["manifest"]).rsplit("/", 1)[-1].removesuffix(".json")
-        interval, timeout = int(args.get("progress_interval", 10)), int(args.get("timeout", 7200))
-        shown = {"line": None, "at": 0.0}
+        try:
+            numbers = whole_numbers(args, {"progress_interval": 10, "timeout": 7200})
+        except ValueError as error:  # bad input: one line, not a traceback
+            return {**result, "failed": True, "msg": f"{host}: artifact_pull {error}"}
+        timeout, printer = numbers["timeout"], ProgressPrinter(display, numbers["progress_interval"])
 
         def show(progress: str, _extra: str, elapsed: float) -> None:
-            line = progress_line(host, artifact, progress, args.get("size"), elapsed)
-            if line and line != shown["line"] and elapsed - shown["at"] >= interval:
-                display.display(line)
-                shown.update(line=line, at=elapsed)
+            printer(progress_line(host, artifact, progress, args.get("size"), elapsed), elapsed)
 
-        remote_tmp = self._make_tmp_path()
-        run = DetachedScript(self, remote_tmp, SCRIPT)
         try:
-            run.start("/usr/bin/python3", ["pull", str(args["dest"]), str(args["manifest"]),
-                                           *[str(s) for s in args["sources"]],
-                                           *(["--full"] if boolean(args.get("full", False)) else [])])
-            code = run.wait(timeout, show)
-            stdout, stderr = run.output()
+            code, stdout, stderr = run_detached(
+                self, SCRIPT, "/usr/bin/python3",
+                ["pull", str(args["dest"]), str(args["manifest"]), *[str(s) for s in args["sources"]],
+                 *(["--full"] if boolean(args.get("full", False)) else [])],
+                None, timeout, show)
         except RuntimeError as error:
             return {**result, "failed": True, "msg": str(error)}
-        finally:
-            self._remove_tmp_path(remote_tmp)
         if code is None:
             return {**result, "failed": True, "msg": f"{artifact}: stopped after {timeout} s"}
         if code != "0":

@@ -11,6 +11,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import whole_numbers
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import health_wait_line
 
 display = Display()
@@ -30,14 +31,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        numbers = {}
-        for name, default in (("timeout", 1800), ("delay", 5), ("progress_interval", 15), ("journal_lines", 40)):
-            try:
-                numbers[name] = int(args.get(name, default))
-            except (TypeError, ValueError):  # bad input fails now, in one line, not as a traceback
-                return {**result, "failed": True,
-                        "msg": f"{host}: health_wait {name} must be a whole number of seconds or lines,"
-                               f" got {args.get(name)!r}"}
+        try:
+            numbers = whole_numbers(args, {"timeout": 1800, "delay": 5, "progress_interval": 15, "journal_lines": 40})
+        except ValueError as error:  # bad input fails now, in one line, not as a traceback
+            return {**result, "failed": True, "msg": f"{host}: health_wait {error}"}
         timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
         path = args.get("path", "/health")
         targets = args.get("targets")

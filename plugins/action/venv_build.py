@@ -11,7 +11,7 @@ import shlex
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import DetachedScript
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import ProgressPrinter, run_detached, whole_numbers
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import venv_line
 
 display = Display()
@@ -28,29 +28,25 @@ class ActionModule(ActionBase):
         args = self._task.args
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         path = str(args["path"])
-        interval, timeout = int(args.get("progress_interval", 15)), int(args.get("timeout", 3600))
+        try:
+            numbers = whole_numbers(args, {"progress_interval": 15, "timeout": 3600})
+        except ValueError as error:  # bad input: one line, not a traceback
+            return {**result, "failed": True, "msg": f"{host}: venv_build {error}"}
+        timeout, printer = numbers["timeout"], ProgressPrinter(display, numbers["progress_interval"])
         settings = {str(key): value if isinstance(value, str) else json.dumps(value)
                     for key, value in dict(args.get("settings") or {}).items()}
         # uv builds beside the old venv (PATH.new); pip in place.
         building = path if settings.get("PYTHON_VENV_INSTALLER") == "pip" else f"{path}.new"
-        shown = {"line": None, "at": 0.0}
 
         def show(notes: str, written: str, elapsed: float) -> None:
-            line = venv_line(host, path, notes, int(written) if written.isdigit() else None, elapsed)
-            if line and line != shown["line"] and elapsed - shown["at"] >= interval:
-                display.display(line)
-                shown.update(line=line, at=elapsed)
+            printer(venv_line(host, path, notes, int(written) if written.isdigit() else None, elapsed), elapsed)
 
-        remote_tmp = self._make_tmp_path()
-        run = DetachedScript(self, remote_tmp, SCRIPT)
         try:
-            run.start("/bin/bash", [], {**settings, "PYTHON_VENV_PATH": path})
-            code = run.wait(timeout, show, extra=f"du -sb {shlex.quote(building)} 2>/dev/null | cut -f1")
-            _stdout, stderr = run.output()
+            code, _stdout, stderr = run_detached(
+                self, SCRIPT, "/bin/bash", [], {**settings, "PYTHON_VENV_PATH": path}, timeout, show,
+                extra=f"du -sb {shlex.quote(building)} 2>/dev/null | cut -f1")
         except RuntimeError as error:
             return {**result, "failed": True, "msg": str(error)}
-        finally:
-            self._remove_tmp_path(remote_tmp)
         if code is None:
             return {**result, "failed": True, "msg": f"{host}: building {path} stopped after {timeout} s"}
         if code != "0":

@@ -4,7 +4,9 @@
 # PRIVATE to the collection: may change or disappear in any release.
 """A long script on a host, run detached from the connection so the action can print its progress
 (artifact_pull, venv_build): copy it into the task's remote temp directory, start it in its own
-process group with its output, progress file and exit code beside it, poll, stop it on timeout."""
+process group with its output, progress file and exit code beside it, poll, stop it on timeout.
+Also what those actions and health_wait share: their whole-number options (an action's options do
+not go through a module's argument spec) and a progress printer that does not repeat itself."""
 
 from __future__ import annotations
 
@@ -65,3 +67,46 @@ class DetachedScript:
         out = self.shell(f"cat {self.tmp}/out; echo '#--#'; tail -c 3000 {self.tmp}/err")["stdout"]
         stdout, _sep, stderr = out.partition("#--#")
         return stdout, stderr
+
+
+def run_detached(action, script: str, interpreter: str, args: list[str], environment: dict[str, str] | None,
+                 timeout: int, on_progress, extra: str = "") -> tuple[str | None, str, str]:
+    """Run ``script`` to its end in a temp directory made for it and removed after: (exit code, or None
+    when ``timeout`` ran out and it was killed; stdout; the end of stderr). RuntimeError when it cannot
+    start."""
+    remote_tmp = action._make_tmp_path()
+    run = DetachedScript(action, remote_tmp, script)
+    try:
+        run.start(interpreter, args, environment)
+        code = run.wait(timeout, on_progress, extra=extra)
+        stdout, stderr = run.output()
+    finally:
+        action._remove_tmp_path(remote_tmp)
+    return code, stdout, stderr
+
+
+def whole_numbers(args: dict, defaults: dict[str, int]) -> dict[str, int]:
+    """Each option of ``defaults`` from ``args`` as an int; ValueError naming the first that is not one."""
+    numbers = {}
+    for name, default in defaults.items():
+        value = args.get(name, default)
+        try:
+            numbers[name] = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    return numbers
+
+
+class ProgressPrinter:
+    """Prints a progress line when it differs from the last one printed and ``interval`` seconds have
+    passed since then; None (nothing to say yet) prints nothing."""
+
+    def __init__(self, display, interval: float):
+        self.display, self.interval = display, interval
+        self.line: str | None = None
+        self.at = 0.0
+
+    def __call__(self, line: str | None, elapsed: float) -> None:
+        if line and line != self.line and elapsed - self.at >= self.interval:
+            self.display.display(line)
+            self.line, self.at = line, elapsed

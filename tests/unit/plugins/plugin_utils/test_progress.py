@@ -126,8 +126,8 @@ def test_a_compiled_start_shows_compilation_and_each_stages_cuda_graph_capture()
 
 
 def test_a_tqdm_bar_reads_as_its_newest_update():
-    tqdm_line = ("\x1b[0;36m(StageEngineCoreProc_stage1_replica0 pid=1059)\x1b[0;0m Capturing CUDA graphs (decode, FULL):"
-           "   0%|          | 0/11 [00:00<?, ?it/s]\rCapturing CUDA graphs (decode, FULL):  55%|█████▍    | 6/11"
-           " [00:00<00:00, 11.17it/s]")
+    tqdm_line = ("\x1b[0;36m(StageEngineCoreProc_stage1_replica0 pid=1059)\x1b[0;0m Capturing CUDA graphs"
+                 " (decode, FULL):   0%|          | 0/11 [00:00<?, ?it/s]\rCapturing CUDA graphs (decode, FULL):"
+                 "  55%|█████▍    | 6/11 [00:00<00:00, 11.17it/s]")
     assert engine_phase([tqdm_line]) == "stage 1: capturing CUDA graphs (decode, FULL: 55%)"
     assert plain_log_line(tqdm_line) == "Capturing CUDA graphs (decode, FULL):  55%|█████▍    | 6/11 [00:00<00:00, 11.17it/s]"

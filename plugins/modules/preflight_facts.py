@@ -14,7 +14,8 @@ description:
     unit-tested and shown in one table.
   - Listening TCP sockets, read from C(/proc/net/tcp*) (no C(ss) needed), with the process and, for this
     collection's own services, the systemd unit that owns them; free disk below given paths, PID 1's locked-memory limit, clock
-    synchronisation, RDMA devices, the Python version, and the service manager.
+    synchronisation, RDMA devices, the version of the Python the venvs are built with (and whether it can make
+    a venv), the C library, and the service manager.
 options:
   paths:
     description: Paths whose filesystems' free space to report (the nearest existing parent is used).
@@ -25,6 +26,12 @@ options:
     description: Also list RDMA devices (C(ibv_devices)).
     type: bool
     default: false
+  python:
+    description:
+      - The interpreter every venv of the host is made from (the plan's C(platforms[<the host's platform>].interpreter),
+        e.g. C(/usr/bin/python3), or C(/usr/bin/python3.12) on RHEL 9).
+    type: path
+    default: /usr/bin/python3
   own_units:
     description:
       - The deployment's unit names (the plan's C(own_units); C(name@.service) stands for every instance). A
@@ -75,8 +82,16 @@ rdma_devices:
   returned: always
 python_version:
   description:
-    - The version of C(/usr/bin/python3) (the interpreter every venv is made from) as major.minor,
+    - The version of I(python) (the interpreter every venv is made from) as major.minor,
       or null when it does not run.
+  type: str
+  returned: always
+python_venv:
+  description: Whether I(python) can make a venv with pip in it (its C(venv) and C(ensurepip) modules import).
+  type: bool
+  returned: always
+glibc:
+  description: The GNU C library's version (C(2.36)), or null on another C library.
   type: str
   returned: always
 machine:
@@ -94,8 +109,6 @@ import platform
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-
-HOST_PYTHON = "/usr/bin/python3"
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_proc_net_tcp
 
@@ -157,7 +170,8 @@ def memlock_hard() -> str:
 def main():
     module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "default": []},
                                           "rdma": {"type": "bool", "default": False},
-                                          "own_units": {"type": "list", "elements": "str", "default": []}},
+                                          "own_units": {"type": "list", "elements": "str", "default": []},
+                                          "python": {"type": "path", "default": "/usr/bin/python3"}},
                            supports_check_mode=True)
     listening = listening_sockets(module.params["own_units"])
     disk = {}
@@ -180,11 +194,18 @@ def main():
         if ibv:
             rc, out, _unused = module.run_command([ibv], environ_update=LOCALE)
             rdma = [line.split()[0] for line in out.splitlines()[2:] if line.strip()] if rc == 0 else []
-    # The venvs are made from /usr/bin/python3 (python_venv_python), not from whatever runs this module.
-    rc, out, _unused = module.run_command([HOST_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-    python = out.strip() if rc == 0 and out.strip() else None
+    # The venvs are made from the platform's interpreter (python_venv_python), not from whatever runs this module.
+    python, can_venv = None, False
+    if os.path.exists(module.params["python"]):
+        probe = "import sys; print('%d.%d' % sys.version_info[:2]); import ensurepip, venv; print('venv')"
+        rc, out, _unused = module.run_command([module.params["python"], "-c", probe])
+        lines = out.split()
+        python = lines[0] if lines else None
+        can_venv = rc == 0 and lines[-1:] == ["venv"]
+    libc, libc_version = platform.libc_ver()
     module.exit_json(changed=False, listening=listening, disk=disk, memlock_hard=memlock_hard(),
-                     clock_synchronized=clock, rdma_devices=rdma, python_version=python, machine=platform.machine(),
+                     clock_synchronized=clock, rdma_devices=rdma, python_version=python, python_venv=can_venv,
+                     glibc=libc_version if libc == "glibc" and libc_version else None, machine=platform.machine(),
                      systemd=os.path.isdir("/run/systemd/system"),
                      nft=module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]))
 

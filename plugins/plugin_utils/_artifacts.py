@@ -30,9 +30,10 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def wheel_set_id(lock: dict, uv_lock: dict) -> str:
-    """A wheel set: one lock's wheels plus uv's, named by both locks' hashes (the controller's cache key)."""
+    """A wheel set: one lock's wheels plus uv's for one platform, named by both locks' hashes (the controller's
+    cache key)."""
     digest = hashlib.sha1((lock["sha256"] + uv_lock["sha256"]).encode(), usedforsecurity=False).hexdigest()
-    return f"{lock['name']}-{digest[:12]}"
+    return f"{lock['name']}-{lock['platform']}-{digest[:12]}"
 
 
 def model_repo_dir(hf_home: str, model: str) -> str:
@@ -84,23 +85,26 @@ def _model_artifact(settings: dict, paths: dict, engine_hosts: list[str]) -> dic
 
 
 def _wheel_artifacts(plan: dict) -> list[dict]:
-    """One wheel set per lock that some host installs, with the hosts that install it."""
-    uv_lock = plan["installer"]["uv_lock"]
+    """One wheel set per lock and platform that some host installs, with the hosts that install it."""
     wanted: dict[str, dict] = {}
 
-    def want(lock: dict, hosts) -> None:
-        hosts = sorted(hosts)
-        if not hosts:
-            return
-        set_id = wheel_set_id(lock, uv_lock)
-        entry = wanted.setdefault(set_id, {"id": set_id, "kind": "wheels", "lock": lock, "uv_lock": uv_lock,
-                                           "host_dir": f"{_footprint.HOST_WHEELHOUSE}/{set_id}", "hosts": []})
-        entry["hosts"] = sorted(set(entry["hosts"]) | set(hosts))
+    def want(lock_name: str, hosts) -> None:
+        for host in sorted(hosts):
+            platform = plan["host_platforms"][host]
+            locks = plan["locks"][platform]
+            lock, uv_lock = locks[lock_name], locks[plan["installer"]["uv_lock"]]
+            set_id = wheel_set_id(lock, uv_lock)
+            entry = wanted.setdefault(set_id, {"id": set_id, "kind": "wheels", "platform": platform, "lock": lock,
+                                               "uv_lock": uv_lock, "host_dir": f"{_footprint.HOST_WHEELHOUSE}/{set_id}",
+                                               "hosts": []})
+            entry["hosts"].append(host)
 
     want(plan["backend"]["lock"], [h for h, section in plan["hosts"].items() if section["pipelines"]])
     want(plan["router"]["lock"], plan["router"]["per_host"])
     if plan["mooncake_master"]["enabled"]:
         want(plan["mooncake_master"]["lock"], plan["mooncake_master"]["per_host"])
+    for entry in wanted.values():
+        entry["hosts"] = sorted(set(entry["hosts"]))
     return [wanted[key] for key in sorted(wanted)]
 
 
@@ -155,6 +159,14 @@ def rsyncd_text(artifacts: list[dict], children: dict[str, list[str]], port: int
     return "\n".join(lines)
 
 
+def _wheel_sets(items: list[dict]) -> dict[str, dict[str, str]]:
+    sets: dict[str, dict[str, str]] = {}
+    for item in items:
+        if item["kind"] == "wheels":
+            sets.setdefault(item["platform"], {})[item["lock"]["name"]] = item["host_dir"]
+    return dict(sorted(sets.items()))
+
+
 def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> dict:
     """The plan's ``artifacts`` section: every artifact, its hosts and tree, and each host's share of it."""
     items = _wheel_artifacts(plan)
@@ -184,8 +196,8 @@ def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
         entry["serves"] = bool(entry["children"])
     return {
         "port": port,
-        # The wheel set each venv installs from, on its hosts (python_venv_wheel_dir).
-        "wheel_sets": {item["lock"]["name"]: item["host_dir"] for item in items if item["kind"] == "wheels"},
+        # The wheel set each venv installs from, on its hosts (python_venv_wheel_dir): platform -> lock -> dir.
+        "wheel_sets": _wheel_sets(items),
         "controller_address": settings["vllm_omni_artifact_controller_address"],
         "unit": _footprint.ARTIFACT_UNIT,
         "config_file": _footprint.ARTIFACT_CONFIG,

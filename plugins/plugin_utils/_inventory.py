@@ -26,7 +26,8 @@ SECRET_NAMES = frozenset(s.name for s in SETTINGS if s.scope == SECRET)
 PRESENT = "<set; secret>"
 NOT_READ = "<not read: not a setting>"
 # Templated and passed on: every documented non-secret setting, discovery's facts, the address default.
-READ = frozenset(s.name for s in SETTINGS if s.scope != SECRET) | {"vllm_omni_gpu_facts", "ansible_host"}
+READ = frozenset(s.name for s in SETTINGS if s.scope != SECRET) | {"vllm_omni_gpu_facts", "vllm_omni_os_facts",
+                                                                   "ansible_host"}
 
 
 def _looks_like_a_setting(name: str) -> bool:

@@ -2,14 +2,17 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
 # PRIVATE to the collection: may change or disappear in any release.
-"""Locked, hashed host dependencies: one lock file per venv the collection installs (``data/locks/``).
+"""Locked, hashed host dependencies: one lock file per venv the collection installs and host platform.
 
 Every venv (an engine version's, the simulator's, the router's, the Mooncake master's, and uv's own
-tools venv) has a lock: every package it holds, pinned, with the sha256 of each file PyPI offers for
-it, made for the hosts' platform (``TARGET``: Debian 12's CPython 3.11 on x86_64, glibc 2.36) with
-``uv pip compile --generate-hashes`` by ``make lock`` (``scripts/lock.py``). The controller downloads
-exactly those wheels for that platform (whatever its own Python and OS), and the hosts install them
-with hash checking: a wheel that is not the one locked is refused.
+tools venv) has a lock per host platform (``data/locks/<platform>/<venv>.txt``, platforms in
+``data/platforms.yml``): every package it holds, pinned, with the sha256 of each file PyPI offers for
+it, made for that platform's Python, glibc and machine with ``uv pip compile --generate-hashes`` by
+``make lock`` (``scripts/lock.py``). The controller downloads exactly those wheels for that platform
+(whatever its own Python and OS), and the hosts install them with hash checking: a wheel that is not
+the one locked is refused. A venv that cannot be locked for a platform (no wheel of some pin for it)
+is listed in ``data/locks/<platform>/unavailable.yml`` with the resolver's reason, and the planner
+refuses a host of that platform that would need it.
 """
 
 from __future__ import annotations
@@ -17,22 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 
-from . import _engine_data
+from . import _engine_data, _platforms
 
 LOCK_DIR = _engine_data.DATA_DIR / "locks"
-# The hosts the locks are made for (the collection supports Debian 12 hosts).
-TARGET = {
-    "python": "3.11",  # Debian 12's python3
-    "machine": "x86_64",
-    "glibc": "2.36",
-    # uv pip compile --python-platform / pip download --platform, --implementation, --abi
-    "uv_platform": "x86_64-manylinux_2_36",
-    # pip download --platform takes each tag literally: every manylinux tag glibc 2.36 can load.
-    "pip_platforms": [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)]
-    + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"],
-    "implementation": "cp",
-    "abi": "cp311",
-}
+UNAVAILABLE = "unavailable.yml"
 # A lock's header lines (scripts/lock.py writes them).
 INPUTS = "# inputs: "
 FROM_SOURCE = "# from source: "  # pins PyPI has no wheel for on the target: built on the controller (pure Python only)
@@ -97,12 +88,32 @@ def all_locks() -> dict[str, list[str]]:
     return dict(sorted(locks.items()))
 
 
+def lock_path(name: str, platform: str):
+    return LOCK_DIR / platform / f"{name}.txt"
+
+
 @functools.cache
-def lock_entry(name: str) -> dict:
-    """What the plan says of one lock: its file (under data/locks/) and the sha256 of its text.
+def unavailable(platform: str) -> dict[str, str]:
+    """Lock name -> why it could not be made for this platform (``make lock`` records the resolver's words)."""
+    path = LOCK_DIR / platform / UNAVAILABLE
+    if not path.is_file():
+        return {}
+    return {str(name): " ".join(str(why).split()) for name, why in (_engine_data._load_yaml(path) or {}).items()}
+
+
+@functools.cache
+def lock_entry(name: str, platform: str) -> dict:
+    """What the plan says of one lock: its file (under data/locks/), the platform and the sha256 of its text.
 
     The sha256 names the controller's wheel set and is recorded in the venv's marker: a new lock
-    (``make lock``) rebuilds the venv on the next deploy. A lock file that is missing is a collection bug.
+    (``make lock``) rebuilds the venv on the next deploy. A lock file that is missing (and not listed as
+    unavailable, which the planner refuses first) is a collection bug.
     """
-    path = LOCK_DIR / f"{name}.txt"
-    return {"name": name, "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    path = lock_path(name, platform)
+    return {"name": name, "platform": platform, "file": f"{platform}/{path.name}",
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def every_platform_lock() -> list[tuple[str, str]]:
+    """(platform, lock name) for every lock ``make lock`` makes."""
+    return [(platform, name) for platform in _platforms.platform_ids() for name in all_locks()]

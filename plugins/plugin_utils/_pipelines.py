@@ -249,7 +249,7 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
     if settings["vllm_omni_engine_backend"] == "simulator":
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": _locks.simulator_packages(),
-                "lock": _locks.lock_entry(_locks.simulator_lock()), "venv": f"{root}/venvs/xpyd-sim-{version}",
+                "lock": _locks.simulator_lock(), "venv": f"{root}/venvs/xpyd-sim-{version}",
                 "stand_in": True, "kv_connector": None}
     pd = settings["vllm_omni_layout"] == "pd"
     kv_connector = None
@@ -257,7 +257,7 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         # The engine role copies roles/engine/files/<file> into the venv's site-packages.
         kv_connector = {**engine.kv_connector, "file": f"{engine.kv_connector['module']}.py"}
     return {"name": "engine", "packages": _locks.engine_packages(engine, pd),
-            "lock": _locks.lock_entry(_locks.engine_lock(engine, pd)),
+            "lock": _locks.engine_lock(engine, pd),
             "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False, "kv_connector": kv_connector}
 
 

@@ -31,9 +31,11 @@ from . import (
     _firewall,
     _footprint,
     _hardening,
+    _host_platforms,
     _hosts,
     _locks,
     _pipelines,
+    _platforms,
     _ports,
     _services,
     _validate,
@@ -100,6 +102,8 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     _check_every_host_used(plan, host_plans, deployment, problems)
     problems.raise_if_any()
     _add_services(plan, settings, groups, ips)
+    _add_platforms(plan, hostvars, problems)
+    problems.raise_if_any()
     plan["artifacts"] = _artifacts.artifacts_plan(settings, plan, ips)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
@@ -141,14 +145,16 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
         "layout": deployment.layout,
         "paths": _footprint.fixed_paths(settings),
         # uv installs every venv on the hosts; each venv's wheels are locked and hash-checked (data/locks/).
-        "installer": {"uv": _engine_data.companions()["uv"], "uv_lock": _locks.lock_entry(_locks.uv_lock()),
-                      "lock_target": dict(_locks.TARGET)},
+        # Each venv's lock is named here; the file for a host is the plan's locks[<its platform>][<name>].
+        "installer": {"uv": _engine_data.companions()["uv"], "uv_lock": _locks.uv_lock()},
         "engine": {
             "vllm_omni_version": engine.version,
             "vllm_version": engine.vllm,
             "stage_config_schema": engine.schema,
             "config_flag": engine.config_flag,
             "wheel_cuda_major": engine.wheel_cuda_major,
+            # The oldest NVIDIA driver the locked torch's CUDA major runs on (data/platforms.yml); preflight checks it.
+            "driver_floor": _platforms.driver_floor(engine.wheel_cuda_major),
         },
         "backend": builder.backend,
         "model": settings["vllm_omni_model"],
@@ -256,6 +262,22 @@ def _add_services(plan: dict, settings: dict, groups: HostGroups, ips: dict[str,
         for host, ranges in service.get("listen_ports", {}).items():
             if host in plan["hosts"]:
                 plan["hosts"][host]["listen_ports"].extend(ranges)
+
+
+def _add_platforms(plan: dict, hostvars: dict, problems: Problems) -> None:
+    """Every venv-building host's platform (``host_platforms``), the platforms in use and their locks."""
+    venv_hosts = {"backend": sorted(plan["hosts"]), "router": plan["router"]["hosts"],
+                  "mooncake_master": plan["mooncake_master"]["hosts"]}
+    lock_names = {"backend": plan["backend"]["lock"], "router": plan["router"]["lock"],
+                  "mooncake_master": plan["mooncake_master"].get("lock", "")}
+    wanted = {host: _hosts.host_value(host, hostvars.get(host, {}), "vllm_omni_host_platform", problems)[0]
+              for host in sorted({h for hosts in venv_hosts.values() for h in hosts})}
+    chosen = _host_platforms.host_platforms(venv_hosts, lock_names, hostvars,
+                                            {h: w for h, w in wanted.items() if w is not None}, problems)
+    plan["host_platforms"] = {host: chosen[host]["platform"] for host in sorted(chosen)}
+    plan["host_platform_sources"] = {host: chosen[host]["source"] for host in sorted(chosen)}
+    plan.update(_host_platforms.platforms_section(chosen, {k: v for k, v in lock_names.items() if v},
+                                                  plan["installer"]["uv_lock"]))
 
 
 def _service_sections(plan: dict) -> list[dict]:

@@ -83,17 +83,64 @@ def _disk(plan: dict, disk: dict, backend: str) -> list[dict]:
     return checks
 
 
-def _python_check(plan: dict, facts: dict) -> dict:
-    """Every host gets venvs built from /usr/bin/python3 out of the collection's locked wheel sets, which are
-    made for one Python and architecture (the plan's installer.lock_target): another would find no wheel."""
-    target = plan["installer"]["lock_target"]
-    python, machine = facts.get("python_version"), facts.get("machine")
-    seen = f"/usr/bin/python3 is {python or 'missing'} on {machine}"
-    if python == target["python"] and machine == target["machine"]:
-        return _check("python", "ok", f"/usr/bin/python3 {python} on {machine}")
-    return _check("python", "fail", seen,
-                  f"the collection's locked wheels (data/locks/) are for CPython {target['python']} on {target['machine']} "
-                  f"(Debian 12): use such a host, or install Python {target['python']} as /usr/bin/python3")
+def _version(text) -> tuple[int, ...]:
+    parts = []
+    for part in str(text or "").split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def _platform_checks(plan: dict, host: str, facts: dict) -> list[dict]:
+    """A host that builds venvs gets them from the locks of its platform (the plan's host_platforms), made from
+    that platform's interpreter: the host must have that Python (able to make a venv), at least that glibc,
+    and that machine, or the locked wheels would not install or not load."""
+    platform_id = plan.get("host_platforms", {}).get(host)
+    if platform_id is None:
+        return []  # builds no venv (a monitoring-only host)
+    target = plan["platforms"][platform_id]
+    source = plan["host_platform_sources"][host]
+    python, machine, glibc = facts.get("python_version"), facts.get("machine"), facts.get("glibc")
+    interpreter = target["interpreter"]
+    checks = []
+    if python == target["python"] and machine == target["machine"] and facts.get("python_venv", True):
+        checks.append(_check("python", "ok", f"{interpreter} {python} on {machine} ({platform_id}, {source})"))
+    elif python == target["python"] and machine == target["machine"]:
+        checks.append(_check("python", "fail", f"{interpreter} {python} cannot make a venv (no venv/ensurepip)",
+                             f"install {target['venv_package']} (the distribution's package for `python -m venv`)"))
+    else:
+        seen = f"{interpreter} is {python or 'missing'} on {machine}"
+        fix = (f"platform {platform_id} ({target['name']}, {source}) builds venvs with {interpreter}, CPython "
+               f"{target['python']} on {target['machine']}: ")
+        if python is None and interpreter != "/usr/bin/python3":
+            fix += f"install the distribution's Python {target['python']} package (it installs {interpreter} beside " \
+                   "the system Python, which stays as it is)"
+        else:
+            fix += "the host is not that platform: remove or correct vllm_omni_host_platform, or use a host of a " \
+                   "supported OS (docs/platforms.md)"
+        checks.append(_check("python", "fail", seen, fix))
+    if glibc is not None and _version(glibc) < _version(target["glibc"]):
+        checks.append(_check("glibc", "fail", f"glibc {glibc}; the {platform_id} locks need {target['glibc']} or newer",
+                             "the host is older than its platform: correct vllm_omni_host_platform to the host's own "
+                             "OS, or upgrade the host (docs/platforms.md)"))
+    elif glibc is not None:
+        checks.append(_check("glibc", "ok", f"glibc {glibc} (the {platform_id} locks need {target['glibc']})"))
+    return checks
+
+
+def _driver_check(plan: dict, host: str, gpu_facts: dict) -> dict:
+    """The locked torch's CUDA runtime needs a driver at least as new as its CUDA major's floor."""
+    wheel, gpus = plan["engine"], plan["hosts"][host]["gpus"]
+    floor, driver = wheel.get("driver_floor"), gpu_facts.get("driver_version")
+    seen = (f"driver {driver}, CUDA {gpu_facts.get('cuda_version')}, {gpu_facts.get('count')} GPU(s); plan uses "
+            f"{gpus} ({plan['hosts'][host]['gpu_source']})")
+    if plan["backend"]["name"] == "engine" and floor and _version(driver) and _version(driver) < _version(floor):
+        return _check("nvidia driver", "fail", f"{seen}; vLLM {wheel['vllm_version']}'s torch wheels use CUDA "
+                      f"{wheel['wheel_cuda_major']}, which needs driver {floor} or newer",
+                      f"upgrade the NVIDIA driver to {floor} or newer (a CUDA {wheel['wheel_cuda_major']} driver "
+                      "branch), or deploy a vllm_omni_version whose wheels use an older CUDA")
+    return _check("nvidia driver", "ok", seen + (f" (needs {floor}+)" if floor else ""))
 
 
 def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict:
@@ -104,15 +151,11 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
     checks.append(_check("systemd", "ok" if facts.get("systemd") else "fail",
                          "systemd is PID 1" if facts.get("systemd") else "this host does not run systemd",
                          "" if facts.get("systemd") else "the collection runs every service as a systemd unit"))
-    checks.append(_python_check(plan, facts))
+    checks += _platform_checks(plan, host, facts)
     if engine_host:
         wheel = plan["engine"]
         if gpu_facts:
-            gpus = plan["hosts"][host]["gpus"]
-            checks.append(_check("nvidia driver", "ok",
-                                 f"driver {gpu_facts.get('driver_version')}, CUDA {gpu_facts.get('cuda_version')}, "
-                                 f"{gpu_facts.get('count')} GPU(s); plan uses {gpus} "
-                                 f"({plan['hosts'][host]['gpu_source']})"))
+            checks.append(_driver_check(plan, host, gpu_facts))
         elif backend == "engine":
             checks.append(_check("nvidia driver", "fail", "nvidia-smi is not installed",
                                  f"install the NVIDIA driver (vLLM-Omni {wheel['vllm_omni_version']}'s wheels need one "

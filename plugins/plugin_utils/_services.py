@@ -96,7 +96,7 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
         "unit": _footprint.ROUTER_UNIT,
         "shape_file": _footprint.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
         "package": f"vllm-router=={version}",
-        "lock": _locks.lock_entry(_locks.router_lock()),
+        "lock": _locks.router_lock(),  # per platform: the plan's locks[platform][name]
         "venv": venv,
         "port": port,
         "metrics_port": metrics,
@@ -139,7 +139,7 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
         "defaulted": defaulted,
         "unit": MASTER_UNIT,
         "package": f"{variant['package']}=={variant['version']}",
-        "lock": _locks.lock_entry(_locks.master_lock()),
+        "lock": _locks.master_lock(),
         "venv": venv,
         "rpc_port": rpc,
         "metrics_port": http,

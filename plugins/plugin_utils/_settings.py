@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _platforms
+
 HOST = "host"
 DEPLOYMENT = "deployment"
 PLAYBOOK = "playbook"  # read by a playbook (usually from -e), not part of the plan
@@ -33,7 +35,7 @@ SECRET = "secret"  # noqa: S105 - a scope name: read by the roles on the hosts o
 
 # Names the collection itself sets as facts during a run; they appear in hostvars on a second
 # pass and are not user settings.
-COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts"})
+COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts", "vllm_omni_os_facts"})
 
 # Removed or renamed settings: name -> message. Empty until a release renames something;
 # the check runs regardless so a rename never silently drops a user's value.
@@ -382,6 +384,12 @@ SETTINGS: tuple[Setting, ...] = (
             "RDMA or NVLink domain). Every host is in group `all` unless set.",
             lambda v, n: check_str(v, n, NAME_PATTERN, "a lower-case name (a-z, 0-9, -; up to 24 characters)",
                                    "rack-a")),
+    Setting("vllm_omni_host_platform", HOST, "auto", "`auto` or a platform",
+            "The host platform (data/platforms.yml, docs/platforms.md) whose locks the host's venvs install from and "
+            "whose Python builds them: `auto` = the one matching the OS discovery reads (render assumes debian12 "
+            "until then). Set it for a close derivative of a supported OS with the same Python and glibc; preflight "
+            "checks the host has them.",
+            lambda v, n: check_choice(v, n, ("auto", *_platforms.platform_ids()))),
     # One value for the deployment.
     Setting("vllm_omni_version", DEPLOYMENT, "0.26.0", "string",
             "vLLM-Omni version (vLLM is pinned to the same version). One of the support table's "

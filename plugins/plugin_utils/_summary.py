@@ -52,6 +52,13 @@ def summary_lines(plan: dict) -> list[str]:
                     f"{pipeline['pipeline']} {process} {pipeline['stages'][pipeline['stage_id']]['role']} "
                     f"{pipeline['replica']}[{','.join(map(str, pipeline['gpus']))}]")
             lines.append(f"  {pipeline['name']}: {what}; {', '.join(parts)}; {where}")
+    by_platform: dict[tuple[str, str], list[str]] = {}
+    for host, platform in plan.get("host_platforms", {}).items():
+        by_platform.setdefault((platform, plan["host_platform_sources"][host]), []).append(host)
+    for (platform, source), hosts in sorted(by_platform.items()):
+        target = plan["platforms"][platform]
+        lines.append(f"platform {platform} ({source}; venvs from {target['interpreter']}, Python {target['python']}, "
+                     f"glibc >= {target['glibc']}): {', '.join(hosts)}")
     for name, pipeline in plan.get("distributed_pipelines", {}).items():
         lines.append(f"distributed pipeline {name}: head {pipeline['head']['host']} {pipeline['head']['url']}, "
                      f"{len(pipeline['engines'])} engines on {', '.join(pipeline['hosts'])}")

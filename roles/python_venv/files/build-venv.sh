@@ -33,7 +33,10 @@ if [ "$PYTHON_VENV_INSTALLER" = uv ]; then
   # Relocatable: entry points find their interpreter relative to themselves, so the rename below is safe.
   "$PYTHON_VENV_UV" venv --quiet --relocatable --python "$PYTHON_VENV_PYTHON" "$new"
   note "installing $pins locked packages"
-  "$PYTHON_VENV_UV" pip install --quiet --no-cache --python "$new/bin/python" "${index[@]}" "${locked[@]}"
+  # Bytecode compiled now: the services run as users who cannot write the venv, so a venv without it
+  # would have every process compile everything it imports at every start.
+  "$PYTHON_VENV_UV" pip install --quiet --no-cache --compile-bytecode --python "$new/bin/python" "${index[@]}" \
+    "${locked[@]}"
 else
   # pip venvs are not relocatable: build in place (the old venv is gone while this runs).
   new="$PYTHON_VENV_PATH"

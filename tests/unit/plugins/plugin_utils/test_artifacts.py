@@ -44,12 +44,12 @@ def test_the_plan_sends_each_wheel_set_once_out_of_the_controller_and_names_wher
     plan = fleet(9)
     section = plan["artifacts"]
     kinds = {item["id"]: item for item in section["items"]}
-    engine = next(i for i in kinds.values() if i["lock"]["name"] == plan["backend"]["lock"]["name"])
-    router = next(i for i in kinds.values() if i["lock"]["name"] == plan["router"]["lock"]["name"])
+    engine = next(i for i in kinds.values() if i["lock"]["name"] == plan["backend"]["lock"])
+    router = next(i for i in kinds.values() if i["lock"]["name"] == plan["router"]["lock"])
     assert len(engine["hosts"]) == 9 and router["hosts"] == ["edge"]
     assert {k: len(v) for k, v in section["controller_children"].items()} == {engine["id"]: 1, router["id"]: 1}
     assert section["rounds"] == 5  # 9 hosts: 1, 2, 4, 8, then the 9th
-    assert section["wheel_sets"][plan["backend"]["lock"]["name"]] == engine["host_dir"]
+    assert section["wheel_sets"]["debian12"][plan["backend"]["lock"]] == engine["host_dir"]
     # The port is open to peers on every holder (so the tree can move without touching other firewalls).
     for host in section["per_host"]:
         assert {"service": "artifacts", "purpose": "rsync", "first": 8873, "last": 8873} in plan["listen_ports"][host]

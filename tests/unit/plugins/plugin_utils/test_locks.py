@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from unitlib import one_host
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks, _platforms
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -38,10 +38,13 @@ def _pins(path: Path) -> dict[str, str]:
     return {_normal(PIN.match(pin).group(1)): PIN.match(pin).group(2) for pin in entries}
 
 
-@pytest.mark.parametrize("name", sorted(_locks.all_locks()))
-def test_every_lock_pins_its_inputs_and_hashes_every_entry(name):
-    path = _locks.LOCK_DIR / f"{name}.txt"
-    assert path.is_file(), f"data/locks/{name}.txt missing: run `make lock`"
+@pytest.mark.parametrize(("platform", "name"), _locks.every_platform_lock())
+def test_every_lock_pins_its_inputs_and_hashes_every_entry(platform, name):
+    if name in _locks.unavailable(platform):
+        pytest.skip(f"{platform}: {_locks.unavailable(platform)[name]}")
+    path = _locks.lock_path(name, platform)
+    assert path.is_file(), f"data/locks/{platform}/{name}.txt missing: run `make lock`"
+    assert f"CPython {_platforms.target(platform)['python']} " in path.read_text().splitlines()[1]
     entries, from_source = wheelhouse.parse_lock(path.read_text())
     assert entries, f"{name}: no pins"
     unhashed = [pin for pin, hashes in entries.items() if not hashes]
@@ -55,15 +58,20 @@ def test_every_lock_pins_its_inputs_and_hashes_every_entry(name):
 
 
 def test_no_lock_file_is_left_over():
-    on_disk = {path.stem for path in _locks.LOCK_DIR.glob("*.txt")}
-    assert on_disk == set(_locks.all_locks()), "data/locks/ holds files no plan uses (or misses some): run `make lock`"
+    assert {path.name for path in _locks.LOCK_DIR.iterdir()} == set(_platforms.platform_ids()), \
+        "data/locks/ holds something that is no platform's folder: run `make lock`"
+    for platform in _platforms.platform_ids():
+        on_disk = {path.stem for path in (_locks.LOCK_DIR / platform).glob("*.txt")}
+        expected = set(_locks.all_locks()) - set(_locks.unavailable(platform))
+        assert on_disk == expected, f"data/locks/{platform}/ holds files no plan uses (or misses some): run `make lock`"
 
 
-def test_the_lock_entry_names_the_file_and_its_hash():
+def test_the_lock_entry_names_the_file_its_platform_and_its_hash():
     name = _locks.router_lock()
-    entry = _locks.lock_entry(name)
+    entry = _locks.lock_entry(name, "ubuntu2404")
     path = _locks.LOCK_DIR / entry["file"]
-    assert entry == {"name": name, "file": f"{name}.txt", "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert entry == {"name": name, "platform": "ubuntu2404", "file": f"ubuntu2404/{name}.txt",
+                     "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def test_every_venv_of_a_plan_has_its_lock():
@@ -74,13 +82,17 @@ def test_every_venv_of_a_plan_has_its_lock():
                                    vllm_omni_mooncake_master_enabled=master))
         venvs = [plan["backend"], plan["router"]] + ([plan["mooncake_master"]] if master else [])
         assert plan["mooncake_master"]["enabled"] == master
+        assert plan["host_platforms"] == {"gpu-a": "debian12"}
+        assert plan["host_platform_sources"] == {"gpu-a": "assumed until discovery"}
+        locks = plan["locks"]["debian12"]
         for venv in venvs:
-            lock = venv["lock"]
-            assert (_locks.LOCK_DIR / lock["file"]).is_file()
+            lock = locks[venv["lock"]]
+            assert (_locks.LOCK_DIR / lock["file"]).is_file() and lock["file"].startswith("debian12/")
             packages = venv.get("packages") or [venv["package"]]
             assert sorted(packages) == sorted(_locks.all_locks()[lock["name"]]), (layout, backend, master, lock["name"])
-        assert plan["installer"]["uv_lock"]["name"] == _locks.uv_lock()
-        assert plan["installer"]["lock_target"]["python"] == _locks.TARGET["python"]
+        assert plan["installer"]["uv_lock"] == _locks.uv_lock() and _locks.uv_lock() in locks
+        assert plan["platforms"]["debian12"]["python"] == "3.11"
+        assert plan["platforms"]["debian12"]["interpreter"] == "/usr/bin/python3"
 
 
 def test_parse_lock_reads_continuations_and_the_from_source_header():

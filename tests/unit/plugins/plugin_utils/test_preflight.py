@@ -25,7 +25,9 @@ def healthy_facts(**overrides) -> dict:
     return facts
 
 
-GPU = {"driver_version": "570.1", "cuda_version": "12.8", "count": 8}
+GPU = {"driver_version": "580.159.04", "cuda_version": "13.0", "count": 8}  # the device machine's H200
+UBUNTU_2404 = {"distribution": "Ubuntu", "major": "24", "version": "24.04", "machine": "x86_64"}
+ROCKY_9 = {"distribution": "Rocky", "major": "9", "version": "9.4", "machine": "x86_64"}
 
 
 def by_name(report: dict) -> dict:
@@ -58,7 +60,51 @@ def test_python_and_architecture_must_be_what_the_locks_are_for(python, machine,
                                  healthy_facts(python_version=python, machine=machine), GPU))["python"]
         assert check["status"] == status, (backend, check)
         if status == "fail":
-            assert "3.11 on x86_64" in check["fix"] and (python or "missing") in check["detail"]
+            assert "CPython 3.11 on x86_64" in check["fix"] and (python or "missing") in check["detail"]
+
+
+def discovered(os_facts: dict, **settings) -> dict:
+    """A plan after discovery read the engine host's OS."""
+    return build_plan(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
+                                           "vllm_omni_os_facts": os_facts}}, settings))
+
+
+def test_each_host_is_checked_against_its_own_platform():
+    ubuntu = discovered(UBUNTU_2404)
+    assert by_name(evaluate(ubuntu, "gpu-a", healthy_facts(python_version="3.12", glibc="2.39"), GPU))["python"][
+        "status"] == "ok"
+    wrong = by_name(evaluate(ubuntu, "gpu-a", healthy_facts(python_version="3.11"), GPU))["python"]
+    assert wrong["status"] == "fail" and "ubuntu2404" in wrong["fix"] and "CPython 3.12" in wrong["fix"]
+
+
+def test_rhel_builds_with_its_python312_package_and_says_how_to_get_it():
+    rocky = discovered(ROCKY_9)
+    assert rocky["platforms"]["rhel9"]["interpreter"] == "/usr/bin/python3.12"
+    missing = by_name(evaluate(rocky, "gpu-a", healthy_facts(python_version=None, glibc="2.34"), GPU))["python"]
+    assert missing["status"] == "fail" and "/usr/bin/python3.12 is missing" in missing["detail"]
+    assert "install the distribution's Python 3.12 package" in missing["fix"] and "stays as it is" in missing["fix"]
+
+
+def test_a_python_that_cannot_make_a_venv_names_the_package():
+    check = by_name(evaluate(discovered(UBUNTU_2404), "gpu-a",
+                             healthy_facts(python_version="3.12", python_venv=False), GPU))["python"]
+    assert check["status"] == "fail" and "python3.12-venv" in check["fix"]
+
+
+def test_a_glibc_older_than_the_platform_fails_with_both_versions():
+    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(glibc="2.31"), GPU))["glibc"]
+    assert check["status"] == "fail" and "glibc 2.31" in check["detail"] and "2.36" in check["detail"]
+    assert by_name(evaluate(plan(), "gpu-a", healthy_facts(glibc="2.41"), GPU))["glibc"]["status"] == "ok"
+
+
+def test_a_driver_older_than_the_locked_cuda_needs_fails_with_the_numbers():
+    old = {"driver_version": "570.86.15", "cuda_version": "12.8", "count": 8}
+    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(), old))["nvidia driver"]
+    assert check["status"] == "fail"
+    assert "570.86.15" in check["detail"] and "CUDA 13" in check["detail"] and "580.65.06" in check["fix"]
+    # The simulator does not run torch: an old driver is fine there.
+    simulator = plan(vllm_omni_engine_backend="simulator")
+    assert by_name(evaluate(simulator, "gpu-a", healthy_facts(), old))["nvidia driver"]["status"] == "ok"
 
 
 def test_a_foreign_process_on_a_planned_port_fails_naming_it():

@@ -257,7 +257,25 @@ def check_model(value: Any, name: str) -> str:
     # with a letter or digit, so only paths can have them.)
     if model.startswith("/") and ("/../" in model + "/" or "/./" in model + "/"):
         raise SettingError(f"{show(value)} contains '..' or '.' parts", "write the model directory's plain absolute path")
+    hidden = next((why for root, why in SANDBOX_HIDDEN.items() if model == root or model.startswith(root + "/")), None)
+    if model.startswith("/") and hidden:
+        raise SettingError(f"{show(value)} is under {hidden}, so the engine would find it empty or missing",
+                           "put the model directory elsewhere (e.g. /srv/models/<name> or under vllm_omni_hf_home), "
+                           "or stage it with vllm_omni_model_source")
     return model
+
+
+# Paths the engine unit's sandbox (plan["hardening"]) hides from the engine, and by what.
+SANDBOX_HIDDEN = {
+    "/home": "/home, which the engine unit hides (ProtectHome=yes)",
+    "/root": "/root, which the engine unit hides (ProtectHome=yes)",
+    "/run/user": "/run/user, which the engine unit hides (ProtectHome=yes)",
+    "/tmp": "/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",
+    "/var/tmp": "/var/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",
+    "/proc": "/proc, the kernel's process view (ProtectProc=invisible), not a model directory",
+    "/sys": "/sys, the kernel's device view, not a model directory",
+    "/dev": "/dev, the device nodes, not a model directory",
+}
 
 
 def check_controller_file(value: Any, name: str) -> str:

@@ -5,7 +5,8 @@ collection's own tables.
     python scripts/gen_docs.py --check  # exit 1 when a generated part is stale (run by `make lint`)
 
 Sources: the settings table (plugins/plugin_utils/_settings.py), the per-stage tunables
-(_stages.py), the support table (data/support.yml) and the conformance results
+(_stages.py), the support table (data/support.yml), the host platforms (data/platforms.yml) and their
+locks (data/locks/), and the conformance results
 (docs/conformance/<version>.json, written by `make conformance`), each role's meta/argument_specs.yml.
 """
 
@@ -20,7 +21,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collection"))
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data, _settings, _stages
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data, _locks, _platforms, _settings, _stages
 
 BEGIN, END = "<!-- BEGIN GENERATED: {} -->", "<!-- END GENERATED: {} -->"
 
@@ -150,6 +151,36 @@ def support_matrix_md() -> str:
     return "\n".join(lines)
 
 
+def _runs_on(platform: str) -> str:
+    """What a platform's locks let run: per engine version, its layouts; the simulator, router and master."""
+    missing = _locks.unavailable(platform)
+    parts = []
+    for version in _engine_data.supported_versions():
+        row = _engine_data.support_table()[version]
+        layouts = [layout for layout in row.layouts
+                   if _locks.engine_lock(row, layout == "pd") not in missing]
+        parts.append(f"{version}: {', '.join(layouts) or 'nothing'}")
+    services = [name for name, lock in (("simulator", _locks.simulator_lock()), ("router", _locks.router_lock()),
+                                        ("Mooncake master", _locks.master_lock())) if lock not in missing]
+    return "; ".join(parts) + "; " + ", ".join(services)
+
+
+def platforms_md() -> str:
+    """docs/platforms.md's table, from data/platforms.yml and the locks made for each platform."""
+    table = _platforms._table()  # noqa: SLF001 - the generator reads the data it documents
+    lines = ["| Platform | OS | Python the venvs use | glibc (oldest manylinux tag) | Runs (every lock made) | "
+             "Evidence |", "| --- | --- | --- | --- | --- | --- |"]
+    for platform in _platforms.platform_ids():
+        target, row = _platforms.target(platform), table["platforms"][platform]
+        lines.append(f"| `{platform}` | {target['name']} | `{target['interpreter']}` (CPython {target['python']}) "
+                     f"| {target['glibc']} | {_runs_on(platform)} | {_cell(' '.join(row['evidence'].split()))} |")
+    floors = ", ".join(f"CUDA {major}: {floor}" for major, floor in table["driver_floor"].items())
+    lines += ["", f"NVIDIA driver floor of the locked torch wheels, by CUDA major (preflight refuses older): {floors}.",
+              "Not supported, refused by the planner with the reason:"]
+    lines += [f"- {machine}: {why}" for machine, why in _platforms.unsupported_machines().items()]
+    return "\n".join(lines)
+
+
 def _cell(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text.replace("|", "\\|").replace("\n", " ")
@@ -184,6 +215,8 @@ def main() -> int:
     outputs = {REPO / "docs" / "variables.md": variables_md()}
     readme = REPO / "README.md"
     outputs[readme] = replace_block(readme.read_text(), "support-matrix", support_matrix_md())
+    platforms = REPO / "docs" / "platforms.md"
+    outputs[platforms] = replace_block(platforms.read_text(), "platforms", platforms_md(), "docs/platforms.md")
     for role in sorted((REPO / "roles").iterdir()):
         role_readme = role / "README.md"
         if not role_readme.is_file():

@@ -1,6 +1,8 @@
 """The local lab: real systemd hosts in systemd-nspawn machines on a private bridge, reachable over SSH.
 
-    lab.py up [--hosts N]     build (or reuse) the rootfs, boot lab-1..lab-N, write inventories/lab/hosts.yml
+    lab.py up [--hosts N] [--releases lab-2=trixie,...] [--enforce-devices]
+                              build (or reuse) the rootfs of each release, boot lab-1..lab-N, write
+                              inventories/lab/hosts.yml
     lab.py down               stop every machine, remove mounts, veths, the bridge and run state
     lab.py status             one line per machine
     lab.py check-clean        exit 1 (and say what) if anything of the lab is left on this machine
@@ -12,10 +14,19 @@
 Each machine boots systemd as PID 1 in its own network namespace (veth ``vb-lab-N`` on bridge
 ``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1), with sshd, python3, sudo, an
 unprivileged ``deploy`` user (password-less sudo) and a generated SSH key. Its root is an overlay
-on one shared Debian bookworm rootfs, built once with debootstrap and cached in
-``$VLLM_OMNI_CACHE/lab/rootfs-<hash>`` keyed by its package list and this recipe's version. The
-machines have no route to package indexes, like air-gapped GPU hosts: Python packages reach them
-through the controller-side wheelhouse, Debian packages are baked into the rootfs.
+on one shared Debian rootfs per release, built once with debootstrap and cached in
+``$VLLM_OMNI_CACHE/lab/rootfs-<hash>`` (bookworm) or ``rootfs-<release>-<hash>`` keyed by the
+release's package list (``rootfs-packages.txt``, ``rootfs-packages-<release>.txt``) and this recipe's
+version. Machines are Debian 12 (bookworm) unless ``--releases`` (or ``$LAB_RELEASES``) names others,
+e.g. ``lab-3=trixie`` for a Debian 13 machine in the same lab; a bookworm-only lab builds and boots
+exactly as before. The machines have no route to package indexes, like air-gapped GPU hosts: Python
+packages reach them through the controller-side wheelhouse, Debian packages are baked into the rootfs.
+
+``--enforce-devices`` (``$LAB_ENFORCE_DEVICES=1``) boots the machines so that their systemd can
+enforce ``DevicePolicy=``/``DeviceAllow=``: on a cgroup-v2 device controller (eBPF) with the ``bpf()``
+system call, which systemd-nspawn filters out by default (without it systemd inside logs "Proceeding
+WITHOUT applying ACL" and every device stays open). The machines then run on the unified cgroup
+hierarchy even where this host runs a hybrid one. tests/lab/test_sandbox_devices.py uses it.
 
 A GPU stand-in (``nvidia-smi`` replaying real H200 outputs) is placed only when asked
 (``--gpu-profile``), by the lab, never by a role. Needs root; installs systemd-container,
@@ -49,10 +60,17 @@ SUBNET = "10.77.0"
 CONTROLLER_IP = f"{SUBNET}.1"
 INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
 PACKAGES_FILE = Path(__file__).with_name("rootfs-packages.txt")
+DEFAULT_RELEASE = "bookworm"
+# Debian releases a machine can run, each with its package list (names differ between releases).
+RELEASES = {
+    "bookworm": PACKAGES_FILE,  # Debian 12: systemd 252, Python 3.11
+    "trixie": Path(__file__).with_name("rootfs-packages-trixie.txt"),  # Debian 13: systemd 257, Python 3.13
+    "bullseye": Path(__file__).with_name("rootfs-packages-bullseye.txt"),  # Debian 11: systemd 247 (sandbox test only)
+}
 GPU_STANDIN = Path(__file__).with_name("fake_nvidia_smi.py")
 GPU_PROFILES = REPO / "tests" / "fixtures" / "gpu"
 RECIPE_VERSION = "1"  # bump when the rootfs recipe below changes in a way the package list does not show
-SUITE, MIRROR = "bookworm", os.environ.get("LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+MIRROR = os.environ.get("LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # The lab's controller is this machine: rsync serves the deploy's first copy of each artifact.
 HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2", "rsync": "rsync"}
 
@@ -84,31 +102,38 @@ def ensure_host_tools() -> None:
             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
-def packages() -> list[str]:
+def packages(release: str = DEFAULT_RELEASE) -> list[str]:
     names = []
-    for line in PACKAGES_FILE.read_text().splitlines():
+    for line in RELEASES[release].read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line)
     return sorted(set(names))
 
 
-def rootfs_path() -> Path:
-    digest = hashlib.sha256("\n".join([RECIPE_VERSION, SUITE, *packages()]).encode()).hexdigest()[:12]
-    return LAB / f"rootfs-{digest}"
+def rootfs_path(release: str = DEFAULT_RELEASE) -> Path:
+    digest = hashlib.sha256("\n".join([RECIPE_VERSION, release, *packages(release)]).encode()).hexdigest()[:12]
+    # bookworm's name is the one it always had: an existing cache stays valid.
+    return LAB / (f"rootfs-{digest}" if release == DEFAULT_RELEASE else f"rootfs-{release}-{digest}")
 
 
-def ensure_rootfs() -> Path:
-    rootfs = rootfs_path()
+def same_release(path: Path, release: str) -> bool:
+    """Whether a cached rootfs directory (rootfs-<hash> or rootfs-<release>-<hash>) is of this release."""
+    middle = path.name.removeprefix("rootfs-").rsplit("-", 1)
+    return (middle[0] if len(middle) == 2 else DEFAULT_RELEASE) == release
+
+
+def ensure_rootfs(release: str = DEFAULT_RELEASE) -> Path:
+    rootfs = rootfs_path(release)
     if (rootfs / ".complete").is_file():
         return rootfs
     LAB.mkdir(parents=True, exist_ok=True)
     staging = LAB / f"{rootfs.name}.building"
     shutil.rmtree(staging, ignore_errors=True)
-    log(f"building the rootfs with debootstrap ({len(packages())} packages); cached in {rootfs}")
+    log(f"building the {release} rootfs with debootstrap ({len(packages(release))} packages); cached in {rootfs}")
     start = time.monotonic()
-    run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", SUITE, str(staging), MIRROR],
-        stdout=subprocess.DEVNULL)
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(packages(release))}", release, str(staging),
+         MIRROR], stdout=subprocess.DEVNULL)
     # Shared, host-independent configuration. Per-host files go to each machine's overlay.
     (staging / "etc" / "machine-id").write_text("")  # each machine gets its own in its overlay
     for path in (staging / "etc" / "ssh").glob("ssh_host_*"):
@@ -122,10 +147,12 @@ def ensure_rootfs() -> Path:
     (staging / "etc" / "sudoers.d" / "deploy").write_text("deploy ALL=(ALL) NOPASSWD: ALL\n")
     (staging / "etc" / "sudoers.d" / "deploy").chmod(0o440)
     run(["chroot", str(staging), "apt-get", "clean"])
-    (staging / ".complete").write_text(json.dumps({"packages": packages(), "seconds": round(time.monotonic() - start, 1)}))
+    (staging / ".complete").write_text(json.dumps({"packages": packages(release),
+                                                   "seconds": round(time.monotonic() - start, 1)}))
     staging.rename(rootfs)
-    for stale in LAB.glob("rootfs-*"):
-        if stale != rootfs and stale.is_dir() and not any(RUN.glob("*/lower")):
+    log(f"{release} rootfs built in {time.monotonic() - start:.0f} s")
+    for stale in LAB.glob("rootfs-*"):  # older builds of this release only: other releases' caches stay
+        if stale != rootfs and stale.is_dir() and same_release(stale, release) and not any(RUN.glob("*/lower")):
             shutil.rmtree(stale, ignore_errors=True)
     return rootfs
 
@@ -227,15 +254,42 @@ def place_gpu_standin(merged: Path, profile: str) -> None:
     binary.chmod(0o755)
 
 
-def boot(name: str, merged: Path) -> None:
+def boot_settings(release: str, enforce_devices: bool) -> dict:
+    """What a machine was booted with (run/<name>/boot.json): `up` restarts a machine booted otherwise.
+    A bookworm machine without --enforce-devices records nothing: that lab runs as it always did."""
+    settings = {}
+    if release != DEFAULT_RELEASE:
+        settings["release"] = release
+    if enforce_devices:
+        settings["enforce_devices"] = True
+    return settings
+
+
+def booted_with(name: str) -> dict:
+    path = machine_dir(name) / "boot.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def boot(name: str, merged: Path, settings: dict) -> None:
     base = machine_dir(name)
+    (base / "boot.json").unlink(missing_ok=True)
+    if settings:
+        (base / "boot.json").write_text(json.dumps(settings))
     console = (base / "console.log").open("ab")
+    env = None
+    extra = []
+    if settings.get("enforce_devices"):
+        # systemd enforces DeviceAllow=/DevicePolicy= with an eBPF program on the unit's cgroup-v2 cgroup:
+        # it needs the unified hierarchy in the machine (nspawn otherwise follows the host's, hybrid here)
+        # and the bpf() system call, which nspawn's default seccomp filter leaves out.
+        env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+        extra = ["--system-call-filter=bpf"]
     process = subprocess.Popen(
         ["systemd-nspawn", "--quiet", "--directory", str(merged), "--machine", name, "--boot",
          f"--network-bridge={BRIDGE}", "--register=no", "--keep-unit", "--console=passive",
          # Engines need more open files and locked memory than nspawn's defaults.
-         "--rlimit=RLIMIT_NOFILE=1048576", "--rlimit=RLIMIT_MEMLOCK=infinity"],
-        stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True)
+         "--rlimit=RLIMIT_NOFILE=1048576", "--rlimit=RLIMIT_MEMLOCK=infinity", *extra],
+        stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True, env=env)
     (base / "nspawn.pid").write_text(str(process.pid))
     # Popen returns once the child is past exec's point of no return, but /proc/PID/cmdline reads
     # empty until exec has finished loading systemd-nspawn: on a cold page cache (the first boot after
@@ -282,8 +336,10 @@ def write_known_hosts(hosts: list[tuple[str, str]]) -> None:
     KNOWN_HOSTS.write_text("\n".join(lines) + "\n")
 
 
-def write_inventory(hosts: list[tuple[str, str]]) -> None:
-    """inventories/lab/hosts.yml: the machines, their SSH settings, and the groups deploy.yml uses."""
+def write_inventory(hosts: list[tuple[str, str]], releases: dict[str, str] | None = None) -> None:
+    """inventories/lab/hosts.yml: the machines, their SSH settings, and the groups deploy.yml uses.
+    A machine of another release than bookworm says so in a comment (Ansible's facts tell the roles)."""
+    releases = releases or {}
     INVENTORY.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         "# GENERATED by tests/lab/lab.py up (git-ignored). The local lab: systemd-nspawn machines.",
@@ -301,36 +357,56 @@ def write_inventory(hosts: list[tuple[str, str]]) -> None:
         "  hosts:",
     ]
     for name, ip in hosts:
-        lines += [f"    {name}:", f"      ansible_host: {ip}"]
+        release = releases.get(name, DEFAULT_RELEASE)
+        lines += [f"    {name}:" + (f"  # Debian {release}" if release != DEFAULT_RELEASE else ""),
+                  f"      ansible_host: {ip}"]
     lines += ["  children:", "    lab:", "      hosts:"]
     lines += [f"        {name}:" for name, _unused in hosts]
     INVENTORY.write_text("\n".join(lines) + "\n")
 
 
-def up(count: int, gpu_profile: str | None) -> None:
+def parse_releases(spec: str, count: int) -> dict[str, str]:
+    """``lab-2=trixie,lab-3=trixie`` (commas or spaces) -> {machine: release}; unnamed machines are bookworm."""
+    releases = {}
+    for item in spec.replace(",", " ").split():
+        name, _sep, release = item.partition("=")
+        if name not in {host_name(i) for i in range(1, count + 1)}:
+            sys.exit(f"lab: --releases names {name!r}, not one of lab-1..lab-{count}")
+        if release not in RELEASES:
+            sys.exit(f"lab: --releases: {release!r} is not one of {', '.join(RELEASES)}")
+        releases[name] = release
+    return releases
+
+
+def up(count: int, gpu_profile: str | None, releases: dict[str, str] | None = None,
+       enforce_devices: bool = False) -> None:
     ensure_host_tools()
     ensure_key()
-    rootfs = ensure_rootfs()
-    ensure_bridge()
     wanted = [(host_name(i), host_ip(i)) for i in range(1, count + 1)]
+    release_of = {name: (releases or {}).get(name, DEFAULT_RELEASE) for name, _ip in wanted}
+    rootfs = {release: ensure_rootfs(release) for release in sorted(set(release_of.values()))}
+    ensure_bridge()
     for existing in sorted(p.name for p in RUN.glob("lab-*")) if RUN.is_dir() else []:
         if existing not in {name for name, _unused in wanted}:
             stop(existing)
     started = []
     for index, (name, _ip) in enumerate(wanted, start=1):
+        settings = boot_settings(release_of[name], enforce_devices)
         if nspawn_pid(name) is not None:
-            continue
+            if booted_with(name) == settings:
+                continue
+            stop(name)  # another release, or booted without (or with) --enforce-devices: start it fresh
         lower = machine_dir(name) / "lower"
-        if lower.is_file() and lower.read_text() != str(rootfs):
+        if lower.is_file() and lower.read_text() != str(rootfs[release_of[name]]):
             stop(name)  # its overlay sits on an older rootfs: start it fresh
-        merged = prepare_overlay(name, index, rootfs, gpu_profile)
-        boot(name, merged)
+        merged = prepare_overlay(name, index, rootfs[release_of[name]], gpu_profile)
+        boot(name, merged, settings)
         started.append(name)
     write_known_hosts(wanted)
     deadline = time.monotonic() + 120
     for name, ip in wanted:
         wait_ready(name, ip, deadline)
-    write_inventory(wanted)
+    write_inventory(wanted, release_of)
     log(f"{len(wanted)} machine(s) up (started: {', '.join(started) or 'none, all were running'}); "
         f"inventory: {INVENTORY.relative_to(REPO)}")
 
@@ -417,7 +493,10 @@ def instances() -> list[dict]:
 def status() -> None:
     for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
         name = base.name
-        print(f"{name}: {'running' if nspawn_pid(name) else 'stopped'} ip={host_ip(int(name.split('-')[1]))}")
+        settings = booted_with(name)
+        print(f"{name}: {'running' if nspawn_pid(name) else 'stopped'} ip={host_ip(int(name.split('-')[1]))} "
+              f"release={settings.get('release', DEFAULT_RELEASE)}"
+              + (" devices=enforced" if settings.get("enforce_devices") else ""))
 
 
 def exec_in(name: str, command: list[str]) -> int:
@@ -442,6 +521,12 @@ def main() -> int:
     up_parser = sub.add_parser("up")
     up_parser.add_argument("--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "3")))
     up_parser.add_argument("--gpu-profile", default=os.environ.get("LAB_GPU_PROFILE") or None)
+    up_parser.add_argument("--releases", default=os.environ.get("LAB_RELEASES", ""),
+                           help="machines of another Debian release than bookworm: lab-2=trixie,lab-3=trixie "
+                                f"(releases: {', '.join(RELEASES)})")
+    up_parser.add_argument("--enforce-devices", action="store_true",
+                           default=os.environ.get("LAB_ENFORCE_DEVICES", "") not in ("", "0"),
+                           help="boot so that systemd in the machines enforces DevicePolicy=/DeviceAllow=")
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("check-clean")
@@ -458,7 +543,7 @@ def main() -> int:
     if args.command == "up":
         if not 1 <= args.hosts <= 20:
             sys.exit("lab: --hosts must be between 1 and 20")
-        up(args.hosts, args.gpu_profile)
+        up(args.hosts, args.gpu_profile, parse_releases(args.releases, args.hosts), args.enforce_devices)
     elif args.command == "down":
         down()
     elif args.command == "status":

@@ -23,6 +23,8 @@ ENGINE_START_LIMIT = (900, 5)  # (interval seconds, starts) before systemd gives
 ENGINE_STOP_TIMEOUT = 120  # in-flight requests finish
 START_MARGIN = 600  # TimeoutStartSec = the engine's own --init-timeout + this
 LIMIT_NOFILE = 1048576
+# Kernel modules whose devices the real engine opens (the engine unit's DeviceAllow= groups in _hardening).
+ENGINE_DRIVER_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "ib_uverbs", "rdma_ucm")
 # Kernel settings (Mooncake): large registrations map many regions.
 VM_MAX_MAP_COUNT = 1048576
 PROMETHEUS_SCRAPE_INTERVAL = "15s"
@@ -78,6 +80,18 @@ def _network_online(plan: dict | None = None) -> list[str]:
     return lines
 
 
+def _driver_modules(plan: dict) -> list[str]:
+    """The real engine's device allow-list (DeviceAllow=char-nvidia-uvm ...) is resolved against /proc/devices
+    when the unit starts: a driver module loaded later (CUDA loads nvidia-uvm at its first use, through a
+    setuid helper NoNewPrivileges stops anyway) would stay refused. So the modules load first (systemd's
+    modprobe@ units; a missing module is ignored, as on hosts without RDMA)."""
+    if plan["backend"]["name"] != "engine":
+        return []
+    units = " ".join(f"modprobe@{module}.service" for module in ENGINE_DRIVER_MODULES)
+    return ["# Load the device drivers before the device allow-list is resolved (docs/security.md).",
+            f"Wants={units}", f"After={units}"]
+
+
 def engine_template_unit(plan: dict) -> str:
     user, group, home = _footprint.ENGINE_ACCOUNT
     interval, burst = ENGINE_START_LIMIT
@@ -88,7 +102,8 @@ def engine_template_unit(plan: dict) -> str:
          f"vllm-omni@<pipeline>.service.d/{_footprint.PIPELINE_DROPIN} holds its EnvironmentFile and exact ExecStart;",
          "`systemctl cat vllm-omni@<pipeline>` shows both."],
         ["Description=vLLM-Omni pipeline %i (vllm_omni.serve)", f"Documentation={DOCUMENTATION}",
-         *_network_online(plan), f"StartLimitIntervalSec={interval}", f"StartLimitBurst={burst}"],
+         *_network_online(plan), *_driver_modules(plan), f"StartLimitIntervalSec={interval}",
+         f"StartLimitBurst={burst}"],
         ["Type=simple", f"User={user}", f"Group={group}", f"WorkingDirectory={home}", "Restart=on-failure",
          f"RestartSec={ENGINE_RESTART_SEC}", f"TimeoutStartSec={init_timeout + START_MARGIN}",
          f"TimeoutStopSec={ENGINE_STOP_TIMEOUT}",

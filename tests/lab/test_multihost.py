@@ -3,7 +3,8 @@
 Three machines: lab-1 holds a whole text-out PD pipeline (omni0, two GPUs) and the router; lab-2 and
 lab-3 have one GPU each, too few for a whole pipeline, so their GPUs make one pipeline that spans
 both: its head (prefill) on lab-2, a headless decode stage on lab-3. lab-1 is an inventory peer but
-not a host of that pipeline.
+not a host of that pipeline. lab-1 and lab-2 run Debian 12, lab-3 Debian 13: one deployment over two
+host platforms, each host's venvs from its own platform's locks, one pipeline across both.
 
 SIMULATOR: the head's unit runs vllm-router in PD mode (each request to a prefill, then a decode
 stand-in) beside an xpyd-sim prefill; the headless unit runs an xpyd-sim decode stand-in. Units,
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from test_faults import CA_FILE, KEY_FILE, ROUTER, Load, record
-from test_lab import lab, on, playbook, scenario, started_at
+from test_lab import lab, on, playbook, recap, scenario, started_at
 from test_security import controller_get, reaches
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
@@ -41,7 +42,7 @@ def inventory(tmp_path_factory, **group_vars) -> Path:
 
 @pytest.fixture(scope="module")
 def spanning(tmp_path_factory):
-    lab("up", "--hosts", "3")
+    lab("up", "--hosts", "3", "--releases", "lab-3=trixie")
     KEY_FILE.write_text(KEY + "\n")
     directory = inventory(tmp_path_factory)
     playbook("deploy.yml", directory)
@@ -49,6 +50,24 @@ def spanning(tmp_path_factory):
     playbook("render.yml", directory, "-e", f"vllm_omni_render_dir={render}")
     yield directory, json.loads((render / "plan.json").read_text())
     lab("down")
+
+
+def test_each_host_builds_its_venvs_from_its_own_platforms_lock_and_a_rerun_changes_nothing(spanning):
+    directory, _unused = spanning
+    rerun = playbook("deploy.yml", directory)
+    # The plan's own words, after discovery read each host's OS (the YAML callback folds long lines).
+    said = " ".join(rerun.stdout.split())
+    assert "platform debian12 (discovered; venvs from /usr/bin/python3, Python 3.11, glibc >= 2.36): lab-1, lab-2" \
+        in said, rerun.stdout[-4000:]
+    assert "platform debian13 (discovered; venvs from /usr/bin/python3, Python 3.13, glibc >= 2.41): lab-3" in said
+    changed = {host: counts["changed"] for host, counts in recap(rerun.stdout).items() if host.startswith("lab-")}
+    assert changed == {"lab-1": 0, "lab-2": 0, "lab-3": 0}, rerun.stdout[-3000:]
+    for host, python, platform in (("lab-1", "3.11.", "debian12"), ("lab-2", "3.11.", "debian12"),
+                                   ("lab-3", "3.13.", "debian13")):
+        versions = on(host, 'for venv in /opt/vllm-omni/venvs/*/; do "$venv/bin/python" --version; done').split()[1::2]
+        assert versions and all(version.startswith(python) for version in versions), (host, versions)
+        sets = on(host, "ls /var/cache/vllm-omni/wheelhouse").split()
+        assert sets and all(f"-{platform}-" in name for name in sets), (host, sets)
 
 
 def decode_requests() -> int:

@@ -126,7 +126,8 @@ def stand_ins(machines, request):
     used = {int(line.split()[0]) for line in real.splitlines() if line[:1] == " " or line[:1].isdigit()}
     uvm, caps = [major for major in range(511, 384, -1) if major not in used][:2]
     misc = {int(line.split()[0]) for line in sh(host, "cat /proc/misc").splitlines()}
-    rdma_cm_minor = next(minor for minor in range(250, 64, -1) if minor not in misc)
+    rdma_cm_minor = next((minor for minor in range(250, 64, -1) if minor not in misc), None)
+    assert rdma_cm_minor is not None, "no free misc minor for the rdma_cm stand-in"
     assert 195 not in used and 231 not in used, "this kernel has an NVIDIA or RDMA driver: the stand-ins would be real"
     numbers = {"/dev/nvidia-uvm": (uvm, 0), "/dev/nvidia-caps/nvidia-cap1": (caps, 1),
                "/dev/infiniband/rdma_cm": (10, rdma_cm_minor)}

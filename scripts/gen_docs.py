@@ -167,7 +167,7 @@ def _runs_on(platform: str) -> str:
 
 def platforms_md() -> str:
     """docs/platforms.md's table, from data/platforms.yml and the locks made for each platform."""
-    table = _platforms._table()  # noqa: SLF001 - the generator reads the data it documents
+    table = _platforms._table()
     lines = ["| Platform | OS | Python the venvs use | glibc (oldest manylinux tag) | Runs (every lock made) | "
              "Evidence |", "| --- | --- | --- | --- | --- | --- |"]
     for platform in _platforms.platform_ids():

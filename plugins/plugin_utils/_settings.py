@@ -270,8 +270,8 @@ SANDBOX_HIDDEN = {
     "/home": "/home, which the engine unit hides (ProtectHome=yes)",
     "/root": "/root, which the engine unit hides (ProtectHome=yes)",
     "/run/user": "/run/user, which the engine unit hides (ProtectHome=yes)",
-    "/tmp": "/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",
-    "/var/tmp": "/var/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",
+    "/tmp": "/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",  # noqa: S108 - refused
+    "/var/tmp": "/var/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",  # noqa: S108
     "/proc": "/proc, the kernel's process view (ProtectProc=invisible), not a model directory",
     "/sys": "/sys, the kernel's device view, not a model directory",
     "/dev": "/dev, the device nodes, not a model directory",

@@ -11,6 +11,7 @@ path with bigger files; docs/platforms.md records that they resolve.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks, _pl
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = REPO / "roles" / "artifacts" / "files" / "wheelhouse.py"
-sys.path.insert(0, str(WHEELHOUSE.parent))
-import wheelhouse  # noqa: E402 - the script under test, loaded from the role's files
+_SPEC = importlib.util.spec_from_file_location("wheelhouse_for_platforms", WHEELHOUSE)
+wheelhouse = importlib.util.module_from_spec(_SPEC)  # the script under test, loaded from the role's files
+_SPEC.loader.exec_module(wheelhouse)
 
 
 def _fits(wheel: str, target: dict) -> bool:

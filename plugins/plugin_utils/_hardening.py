@@ -82,6 +82,10 @@ ENGINE_DEVICES = (
      "the RDMA connection manager (librdmacm); a host without RDMA logs that the node is missing, harmlessly"),
 )
 
+# The kernel modules behind those device groups, loaded before the engine starts (its unit's modprobe@
+# dependencies): the groups are looked up in /proc/devices when the unit starts.
+ENGINE_DRIVER_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "ib_uverbs", "rdma_ucm")
+
 # Every pipeline of a host runs as the one engine user: RemoveIPC on one pipeline's stop would remove
 # the shared memory of all the others (it removes every IPC object of the user), so no engine unit has it.
 SHARED_USER_RELAXED = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import _footprint, _secrets, _yaml
+from . import _footprint, _hardening, _secrets, _yaml
 
 # Engine units: restart with back-off; a cold model load can exceed 10 minutes.
 ENGINE_RESTART_SEC = 15
@@ -23,8 +23,6 @@ ENGINE_START_LIMIT = (900, 5)  # (interval seconds, starts) before systemd gives
 ENGINE_STOP_TIMEOUT = 120  # in-flight requests finish
 START_MARGIN = 600  # TimeoutStartSec = the engine's own --init-timeout + this
 LIMIT_NOFILE = 1048576
-# Kernel modules whose devices the real engine opens (the engine unit's DeviceAllow= groups in _hardening).
-ENGINE_DRIVER_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "ib_uverbs", "rdma_ucm")
 # Kernel settings (Mooncake): large registrations map many regions.
 VM_MAX_MAP_COUNT = 1048576
 PROMETHEUS_SCRAPE_INTERVAL = "15s"
@@ -87,7 +85,7 @@ def _driver_modules(plan: dict) -> list[str]:
     modprobe@ units; a missing module is ignored, as on hosts without RDMA)."""
     if plan["backend"]["name"] != "engine":
         return []
-    units = " ".join(f"modprobe@{module}.service" for module in ENGINE_DRIVER_MODULES)
+    units = " ".join(f"modprobe@{module}.service" for module in _hardening.ENGINE_DRIVER_MODULES)
     return ["# Load the device drivers before the device allow-list is resolved (docs/security.md).",
             f"Wants={units}", f"After={units}"]
 

@@ -1,35 +1,41 @@
-"""Build the offline payload that lets the real vLLM 0.26.0 engine run on the device machine.
+"""Build the offline payload that lets the real vLLM 0.26.0 engine run on the device machine, from the lock.
 
 The device machine (one H200, Ubuntu 24.04, Python 3.12.3 with torch 2.11.0+cu130) has no package
 index, so everything the engine needs beyond what its image already holds has to travel with the
-repository checkout.  This script builds that payload here, on a networked machine:
+repository checkout.  It is the collection's ``ubuntu2404`` host platform (data/platforms.yml), so the
+payload is built from the very lock a deploy onto such a host installs,
+data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt (``uv pip compile --generate-hashes``):
 
-1. resolves vllm==0.26.0, vllm-omni==0.26.0 and mooncake-transfer-engine-cuda13==0.3.11.post1 for
-   CPython 3.12 / manylinux_2_35 x86_64 with uv, pinned to what the device already has, so that no
-   torch/nvidia wheel is ever chosen or downloaded;
-2. downloads only the packages a text-only PD run was shown to need (KEEP below);
-3. unpacks them into .device/build/site/ (what `pip install --no-deps --target` would give) and drops
+1. reads the lock: every package, its version and its allowed sha256 hashes;
+2. splits it three ways: the GPU stack the device image already has (FROM_MACHINE: torch, triton, the
+   nvidia-*/cuda-* wheels; gigabytes, they cannot travel), packages a text-only PD run on an H200 never
+   imports (NOT_CARRIED, each with its reason), and everything else, which is carried;
+3. downloads the carried ones with ``pip download --require-hashes`` from the lock's own lines (so each
+   wheel is the lock's version and one of its hashes) and checks every wheel's sha256 against the lock
+   again, cached ones included;
+4. unpacks them into .device/build/site/ (what `pip install --no-deps --target` would give) and drops
    the big pieces an H200 text-only run never loads (REMOVE below);
-4. fetches the Debian 12 libraries Mooncake's engine.so links even for TCP into .device/build/lib/
+5. fetches the Debian 12 libraries Mooncake's engine.so links even for TCP into .device/build/lib/
    (and lib-fallback/, see DEB_DEVICE_PROVIDES) and checks that every library engine.so needs is
    then accounted for;
-5. packs site/, lib/ and lib-fallback/ with a reproducible `tar | xz -9e` into .device/engine.tar.xz.partN chunks of at most
-   56 MiB (a device call carries 64 MiB, the working tree included) and writes .device/payload.json, copied to
-   tests/device/payload.json so the checksums travel in the checkout.
+6. packs site/, lib/ and lib-fallback/ with a reproducible `tar | xz -9e` into .device/engine.tar.xz.partN
+   chunks of at most 46 MiB (a device call carries 64 MiB, the working tree included) and writes
+   .device/payload.json, copied to tests/device/payload.json so the checksums and the lock's versions
+   travel in the checkout.  On the device, pd_serving.py compares every package it does not carry with
+   the lock (``versions`` in its results) and prints the ones that differ.
 
 On the device: tests/device/unpack_payload.sh DEST PART... gives DEST/site (PYTHONPATH) and
-DEST/lib (LD_LIBRARY_PATH).  Background and the run that proved the package set:
-/work/shared/reference/gpu-staging.md.
+DEST/lib (LD_LIBRARY_PATH).  Background and the first run: /work/shared/reference/gpu-staging.md and
+docs/gpu-evidence.md.
 
-Re-running reuses the resolution, wheels, debs and the xz in .device/cache/ while their inputs are
-unchanged; --refresh re-resolves.  Usage: python3 tests/device/build_payload.py [--refresh]
+Re-running reuses the wheels, debs and the xz in .device/cache/ while their inputs are unchanged.
+Usage: python3 tests/device/build_payload.py [--lock PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import glob
 import hashlib
 import json
 import os
@@ -52,68 +58,59 @@ DEBROOT = BUILD / "debs"
 MANIFEST = DEVICE / "payload.json"
 TRACKED_MANIFEST = REPO / "tests" / "device" / "payload.json"
 
-REQUIREMENTS = ["vllm==0.26.0", "vllm-omni==0.26.0", "mooncake-transfer-engine-cuda13==0.3.11.post1"]
+# The device machine is this host platform (data/platforms.yml: CPython 3.12, glibc 2.39, x86_64).
+PLATFORM = "ubuntu2404"
+LOCK_NAME = "vllm-omni-0.26.0-pd"
+LOCK = REPO / "data" / "locks" / PLATFORM / f"{LOCK_NAME}.txt"
 PYTHON_VERSION = "3.12"
-# The Mooncake cuda13 wheel is published only for manylinux_2_35; the device's glibc is 2.39.
-UV_PLATFORM = "x86_64-manylinux_2_35"
-# Upload cut-off for the resolver, so a re-run months later resolves the same transitive versions.
-EXCLUDE_NEWER = "2026-12-01T00:00:00Z"
+GLIBC_MINOR = 39  # manylinux_2_39 and every older tag load there
 # Fixed mtime inside the tar so identical inputs give a byte-identical payload (and a cache hit).
-TAR_MTIME = "@" + str(int(dt.datetime.fromisoformat(EXCLUDE_NEWER.replace("Z", "+00:00")).timestamp()))
+TAR_MTIME = "@" + str(int(dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc).timestamp()))
 
-# Versions the device image already has (/work/.library/device/KINDS.md, "pip list" row).  They are
-# constraints, so the resolver picks everything else around them and never selects a torch/nvidia wheel.
-DEVICE_PINS = {
-    "torch": "2.11.0",
-    "torchaudio": "2.11.0",
-    "torchvision": "0.26.0",
-    "triton": "3.6.0",
-    "transformers": "5.17.0",
-    "tokenizers": "0.23.2",
-    "huggingface-hub": "1.33.0",
-    "safetensors": "0.8.0",
-    "numpy": "2.5.2",
-    "accelerate": "1.15.0",
-    "sentencepiece": "0.2.2",
-    "tiktoken": "0.14.0",
-    "cupy-cuda13x": "14.2.0",
-    "onnx": "1.23.1",
-    "onnxruntime": "1.30.0",
+# Lock packages the run takes from the device image instead of carrying: the CUDA/torch stack,
+# gigabytes of wheels that a 64 MiB call cannot carry (torch alone is ~900 MiB).  pd_serving.py compares
+# the machine's version of each with the lock's and records the differences.
+FROM_MACHINE = re.compile(r"torch|torchaudio|torchvision|triton|nvidia-.*|cuda-.*")
+
+# Lock packages not carried although the device lacks them or has another version: a text-only
+# Qwen3-Omni PD run on an H200 in eager mode never imports them (the first run, gpu-staging.md, served
+# without them), and most are large.  Each with the reason; pd_serving.py reports what the venv then
+# finds for each (the machine's copy, or nothing).
+NOT_CARRIED = {
+    "flashinfer-python": "FlashInfer kernels; the run sets VLLM_USE_FLASHINFER_SAMPLER=0 and uses FA3 attention",
+    "fa3-fwd": "an alternative FA3 build; vLLM's own _vllm_fa3_C is carried",
+    "quack-kernels": "CuTe-DSL kernels (FlashInfer/Blackwell paths)",
+    "humming-kernels": "optional kernels, not selected for this model",
+    "tilelang": "DSL kernels for other models (DeepSeek MLA); 70+ MiB",
+    "tokenspeed-mla": "MLA kernels for other models",
+    "tokenspeed-triton": "a second Triton build for tokenspeed-mla",
+    "z3-solver": "tilelang's solver",
+    "pynvvideocodec": "NVIDIA video decoding for video input; text only here",
+    "torchcodec": "video/audio decoding for multimodal input; text only here",
+    "av": "PyAV media decoding for multimodal input; text only here",
+    "imageio-ffmpeg": "an ffmpeg binary (30 MiB) for video input; text only here",
+    "opencv-python-headless": "image/video preprocessing; text only here (60 MiB)",
+    "openai-whisper": "built from source only (the lock's 'from source'); speech input, not used",
+    "cache-dit": "diffusion-stage caching; no diffusion stage here",
+    "x-transformers": "diffusion/talker helpers; no such stage here",
+    "torchsde": "diffusion samplers; no diffusion stage here",
+    "scipy": "audio resampling for audio input/output; text only here (35 MiB)",
+    "numba": "vLLM's n-gram speculative decoding only; not enabled",
+    "llvmlite": "numba's compiler",
+    "onnxruntime": "audio models' ONNX parts; text only here",
+    "sentry-sdk": "error reporting, off",
+    "fastapi-cloud-cli": "the fastapi CLI's cloud commands",
+    "fastapi-cli": "the fastapi command line",
+    "supervisor": "process supervisor for other deployments",
+    "mcp": "tool-server protocol, not used",
+    "mcp-types": "tool-server protocol, not used",
+    "anthropic": "the Anthropic-compatible API's client types, not used",
+    "gguf": "GGUF checkpoints; this model is safetensors/dummy",
 }
-# Pins some dependency contradicts although the device runs them: vllm-omni pins accelerate==1.12.0 and
-# vllm's numba==0.65.0 wants numpy<2.5.  Neither package is carried, so the device's copy is what runs
-# (gpu-staging.md: served with these).  Overrides say "this is what is there" instead of failing.
-DEVICE_OVERRIDES = ("numpy", "accelerate")
 
-# What the device image holds (KINDS.md, "Python packages already there"), names only.  Used only to
-# report declared dependencies that are neither carried nor there.
-_DEVICE_HAS_TEXT = """
-    absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
-    charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
-    cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
-    formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
-    imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
-    lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
-    matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
-    networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
-    nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
-    nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
-    opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy
-    peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
-    pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
-    python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
-    scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
-    statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
-    tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
-    triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
-    zipp"""
-DEVICE_HAS = frozenset(_DEVICE_HAS_TEXT.split())
-
-# The packages a text-only Qwen3-Omni PD run actually needed: the 47 named in
-# /work/shared/reference/gpu-staging.md ("Payload"), plus prometheus-fastapi-instrumentator (the API
-# server imports it late) and wcwidth (the stats table).  Everything else in the ~228-package
-# resolution is either on the device already or never imported on that path.
-KEEP = (
+# The packages the first run (gpu-staging.md, docs/gpu-evidence.md section 1) proved a text-only PD run
+# imports.  They must be among the carried ones: a NOT_CARRIED entry that names one is a mistake.
+PROVEN_NEEDED = (
     "vllm", "vllm-omni", "mooncake-transfer-engine-cuda13", "blake3", "setproctitle",
     "pydantic", "pydantic-core", "pydantic-settings", "pydantic-extra-types", "typing-inspection", "annotated-types",
     "python-dotenv", "cbor2", "pyzmq", "openai", "openai-harmony", "httpx2", "sniffio", "msgspec", "pybase64",
@@ -140,8 +137,9 @@ REMOVE = {
 }
 
 # Debian 12 packages whose libraries Mooncake's engine.so links (libibverbs.so.1, libnuma.so.1,
-# libcurl.so.4); their library dependencies are followed with apt-cache.
-DEB_ROOTS = ("libibverbs1", "libnuma1", "libcurl4")
+# libcurl.so.4, and since Mooncake 0.3.14 libmlx5.so.1 from ibverbs-providers); their library
+# dependencies are followed with apt-cache.
+DEB_ROOTS = ("libibverbs1", "libnuma1", "libcurl4", "ibverbs-providers")
 # glibc, libgcc and libstdc++ come from Ubuntu 24.04 itself and must not be shadowed by Debian's.
 DEB_NEVER = {"libc6", "libgcc-s1", "libstdc++6"}
 # Libraries of the closure that Ubuntu 24.04 normally has under the same soname, mostly newer (gnutls
@@ -162,8 +160,9 @@ DEVICE_SONAMES = re.compile(
     r"|libstdc\+\+\.so\.6|libgcc_s\.so\.1|liblzma\.so\.5|libcuda\.so\.1|libcudart\.so\.13"
 )
 
-# A device call carries 64 MiB in all, the working tree (about 4 MiB) included.
-PART_BYTES = 56 * 1024 * 1024  # 58,720,256
+# A device call carries 64 MiB in all, the working tree included: about 11 MiB since data/locks holds
+# one lock per platform (2026-12-02), plus 2.6 MiB of extras with the last part.  46 MiB leaves room.
+PART_BYTES = 46 * 1024 * 1024  # 48,234,496
 
 
 def log(msg: str) -> None:
@@ -195,88 +194,98 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def find_uv() -> str:
-    found = os.environ.get("UV") or shutil.which("uv")
-    if found:
-        return found
-    cache = os.environ.get("VLLM_OMNI_CACHE", os.path.expanduser("~/.cache/vllm-omni-serve"))
-    candidates = sorted(glob.glob(f"{cache}/tools-*/bin/uv"))
-    if not candidates:
-        sys.exit("uv not found: run `make tools` (it installs uv into the tools venv) or set UV=/path/to/uv")
-    return candidates[-1]
+# ---------------------------------------------------------------- 1. the lock
 
 
-# ---------------------------------------------------------------- 1. resolve
-
-
-def resolve(refresh: bool) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Return {name: version} and {name: [packages that require it]} for the full resolution."""
-    rdir = CACHE / "resolve"
-    rdir.mkdir(parents=True, exist_ok=True)
-    inputs = {
-        "requirements.in": "\n".join(REQUIREMENTS) + "\n",
-        "constraints.txt": "".join(f"{n}=={v}\n" for n, v in sorted(DEVICE_PINS.items()) if n not in DEVICE_OVERRIDES),
-        "overrides.txt": "".join(f"{n}=={DEVICE_PINS[n]}\n" for n in DEVICE_OVERRIDES),
-    }
-    key = hashlib.sha256(json.dumps([inputs, PYTHON_VERSION, UV_PLATFORM, EXCLUDE_NEWER]).encode()).hexdigest()
-    out, stamp = rdir / "resolved.txt", rdir / "resolved.key"
-    if refresh or not out.exists() or not stamp.exists() or stamp.read_text() != key:
-        for name, text in inputs.items():
-            (rdir / name).write_text(text)
-        log("resolving with uv pip compile")
-        # --no-python-downloads: uv only needs the target's tags, not a 3.12 interpreter.
-        run(
-            [find_uv(), "pip", "compile", "requirements.in", "--constraints", "constraints.txt",
-             "--overrides", "overrides.txt", "--python-version", PYTHON_VERSION, "--python-platform", UV_PLATFORM,
-             "--exclude-newer", EXCLUDE_NEWER, "--no-python-downloads", "--no-header", "--annotation-style", "line",
-             "--output-file", "resolved.txt", "--quiet"],
-            cwd=rdir,
-        )  # fmt: skip
-        stamp.write_text(key)
-    else:
-        log("resolution cached (.device/cache/resolve/resolved.txt)")
-    versions: dict[str, str] = {}
-    required_by: dict[str, list[str]] = {}
-    for line in out.read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9._-]+)==(\S+)\s*(?:#\s*via\s*(.*))?$", line.strip())
+def parse_lock(path: Path) -> dict[str, dict]:
+    """{name: {"version", "hashes", "lines"}} of a `uv pip compile --generate-hashes` output."""
+    packages: dict[str, dict] = {}
+    current = None
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z0-9._-]+)==(\S+?)(\s*;[^\\]*)?\s*\\?$", line)
         if m:
-            name = canon(m.group(1))
-            versions[name] = m.group(2)
-            required_by[name] = [canon(v.strip()) for v in (m.group(3) or "").split(",") if v.strip()]
-    return versions, required_by
+            current = canon(m.group(1))
+            if m.group(3):
+                sys.exit(f"{path}: {current} has an environment marker; this builder does not evaluate markers")
+            packages[current] = {"version": m.group(2), "hashes": [], "lines": [line]}
+            continue
+        h = re.match(r"^\s+--hash=sha256:([0-9a-f]{64})\s*\\?$", line)
+        if not (h and current):
+            sys.exit(f"{path}: unexpected line {line!r}")
+        packages[current]["hashes"].append(h.group(1))
+        packages[current]["lines"].append(line)
+    for name, entry in packages.items():
+        if not entry["hashes"]:
+            sys.exit(f"{path}: {name} has no hash")
+        entry["lines"][-1] = entry["lines"][-1].rstrip().removesuffix("\\").rstrip()
+    return packages
 
 
-# ---------------------------------------------------------------- 2. download wheels
+def from_source(path: Path) -> set[str]:
+    """The lock header's '# from source:' names (sdists: no wheel to carry)."""
+    for line in path.read_text().splitlines()[:6]:
+        if line.startswith("# from source:"):
+            return {canon(item.split("==")[0]) for item in line.split(":", 1)[1].split()}
+    return set()
+
+
+def split_lock(lock: dict[str, dict], sdists: set[str]) -> tuple[list[str], list[str], list[str]]:
+    """(carried, from the machine, not carried) names, each sorted."""
+    stray = sorted(set(NOT_CARRIED) - set(lock))
+    if stray:
+        sys.exit(f"NOT_CARRIED names packages the lock does not have: {stray}")
+    proven = sorted(set(PROVEN_NEEDED) - set(lock))
+    if proven:
+        sys.exit(f"the lock lacks packages the first run needed: {proven}")
+    machine = sorted(n for n in lock if FROM_MACHINE.fullmatch(n))
+    skipped = sorted(n for n in lock if n in NOT_CARRIED and n not in machine)
+    wrongly = sorted((set(machine) | set(skipped)) & set(PROVEN_NEEDED))
+    if wrongly:
+        sys.exit(f"not carried, though the first run needed them: {wrongly}")
+    unbuildable = sorted(n for n in sdists if n in lock and n not in machine and n not in skipped)
+    if unbuildable:
+        sys.exit(f"built from source only (no wheel to carry): {unbuildable}; list them in NOT_CARRIED with a reason")
+    carried = sorted(n for n in lock if n not in machine and n not in skipped)
+    return carried, machine, skipped
+
+
+# ---------------------------------------------------------------- 2. download wheels, hash-checked
 
 
 def pip_platform_args() -> list[str]:
     # pip does not widen an explicit manylinux_2_N tag to older ones, so every glibc tag up to the
-    # resolution's 2_35 is named; manylinux2014 makes pip add the 2010/1 legacy aliases itself.
-    tags = [f"manylinux_2_{n}_x86_64" for n in range(35, 16, -1)] + ["manylinux2014_x86_64"]
+    # platform's 2_39 is named; manylinux2014 makes pip add the 2010/1 legacy aliases itself.
+    tags = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)] + ["manylinux2014_x86_64", "linux_x86_64"]
     return [arg for tag in tags for arg in ("--platform", tag)]
 
 
-def cached_wheel(wheels: Path, name: str, version: str) -> Path | None:
+def wheel_of(wheels: Path, name: str, version: str) -> list[Path]:
+    found = []
     for whl in sorted(wheels.glob("*.whl")):
         parts = whl.name[:-4].split("-")
         if canon(parts[0]) == name and parts[1] == version:
-            return whl
-    return None
+            found.append(whl)
+    return found
 
 
-def download(versions: dict[str, str]) -> dict[str, Path]:
-    wheels = CACHE / "wheels"
+def download(lock: dict[str, dict], carried: list[str], lock_sha: str) -> dict[str, tuple[Path, str]]:
+    """{name: (wheel, sha256)}: one wheel per carried package, its sha256 one of the lock's."""
+    # One folder per lock: a wheel of another lock's version or tag can never be picked up.
+    wheels = CACHE / f"wheels-{PLATFORM}-{lock_sha[:12]}"
     wheels.mkdir(parents=True, exist_ok=True)
-    missing = [n for n in KEEP if n not in versions]
-    if missing:
-        sys.exit(f"not in the resolution of {REQUIREMENTS}: {missing}; KEEP (from gpu-staging.md) needs re-checking")
-    todo = [f"{n}=={versions[n]}" for n in KEEP if not cached_wheel(wheels, n, versions[n])]
+    todo = [n for n in carried if not wheel_of(wheels, n, lock[n]["version"])]
     if todo:
-        log(f"downloading {len(todo)} wheels")
+        req = CACHE / f"carried-{lock_sha[:12]}.txt"
+        # The lock's own lines (name==version and every --hash), so pip refuses any other file.
+        req.write_text("".join("\n".join(lock[n]["lines"]) + "\n" for n in todo))
+        log(f"pip download --require-hashes: {len(todo)} wheels")
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-             PYTHON_VERSION, "--implementation", "cp", *pip_platform_args(), "--dest", str(wheels),
-             "--disable-pip-version-check", "--progress-bar", "off", "--quiet", *todo],
+            [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--only-binary=:all:",
+             "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", "cp312", "--abi", "abi3",
+             "--abi", "none", *pip_platform_args(), "--dest", str(wheels), "--disable-pip-version-check",
+             "--progress-bar", "off", "--quiet", "-r", str(req)],
             stderr=subprocess.PIPE, text=True, check=False,
         )  # fmt: skip
         # This machine's pip.conf names local file:// indexes that lack most projects; pip warns per
@@ -285,11 +294,16 @@ def download(versions: dict[str, str]) -> dict[str, Path]:
         sys.stderr.write("".join(ln for ln in proc.stderr.splitlines(keepends=True) if noise not in ln))
         if proc.returncode:
             sys.exit(f"pip download failed (rc {proc.returncode}) for some of: {' '.join(todo)}")
-    found = {n: cached_wheel(wheels, n, versions[n]) for n in KEEP}
-    lost = [n for n, w in found.items() if w is None]
-    if lost:
-        sys.exit(f"pip download gave no wheel for {lost} (a newer manylinux tag? see pip_platform_args)")
-    return found  # type: ignore[return-value]
+    found: dict[str, tuple[Path, str]] = {}
+    for name in carried:
+        files = wheel_of(wheels, name, lock[name]["version"])
+        if len(files) != 1:
+            sys.exit(f"{name}=={lock[name]['version']}: expected one wheel in {wheels}, found {[f.name for f in files]}")
+        digest = sha256_file(files[0])
+        if digest not in lock[name]["hashes"]:
+            sys.exit(f"{files[0].name}: sha256 {digest} is not one of the lock's hashes for {name}")
+        found[name] = (files[0], digest)
+    return found
 
 
 # ---------------------------------------------------------------- 3. install into site/
@@ -324,12 +338,12 @@ def install_wheel(whl: Path, site: Path) -> list[str]:
     return dropped
 
 
-def build_site(wheels: dict[str, Path]) -> list[dict]:
+def build_site(wheels: dict[str, tuple[Path, str]]) -> list[dict]:
     if SITE.exists():
         shutil.rmtree(SITE)  # a fresh tree each time, so nothing removed earlier can linger or reappear
     SITE.mkdir(parents=True)
-    for name in KEEP:
-        dropped = install_wheel(wheels[name], SITE)
+    for name, (whl, _digest) in sorted(wheels.items()):
+        dropped = install_wheel(whl, SITE)
         if dropped:
             log(f"{name}: not installed (not importable anyway): {len(dropped)} .data entries, e.g. {dropped[0]}")
     removed = []
@@ -515,29 +529,47 @@ def split(xz: Path) -> list[dict]:
 # ---------------------------------------------------------------- main
 
 
+def check_renders(root: Path) -> None:
+    """Each render under root must plan the device host on PLATFORM with the very lock the payload holds."""
+    payload = json.loads(TRACKED_MANIFEST.read_text())["lock"]
+    plans = sorted(root.glob("*/plan.json"))
+    if not plans:
+        sys.exit(f"no plan.json under {root}")
+    for plan_path in plans:
+        plan = json.loads(plan_path.read_text())
+        platforms = set(plan["host_platforms"].values())
+        entry = plan["locks"].get(PLATFORM, {}).get(LOCK_NAME)
+        if platforms != {PLATFORM}:
+            sys.exit(f"{plan_path}: host platforms {plan['host_platforms']}, not {PLATFORM}: the payload would not be "
+                     "what this render installs (set vllm_omni_host_platform in the device inventory)")
+        if entry and entry["sha256"] != payload["sha256"]:
+            sys.exit(f"{plan_path}: the plan's {LOCK_NAME} lock {entry['sha256']} is not the payload's {payload['sha256']}")
+        log(f"{plan_path.parent.name}: {PLATFORM}, {LOCK_NAME} " + ("= the payload's lock" if entry else "not used"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--refresh", action="store_true", help="re-resolve even if the cached resolution matches")
+    ap.add_argument("--lock", type=Path, default=LOCK, help=f"the lock to build from (default {LOCK.relative_to(REPO)})")
+    ap.add_argument("--check-renders", type=Path, metavar="DIR",
+                    help="only check that every DIR/*/plan.json installs the payload's lock on this platform")
     args = ap.parse_args()
+    if args.check_renders:
+        check_renders(args.check_renders)
+        return
     os.nice(10)  # this machine is shared; every child (pip, xz) inherits it
     started = time.monotonic()
 
-    versions, required_by = resolve(args.refresh)
-    log(f"resolution: {len(versions)} packages; carrying {len(KEEP)}")
-    wheels = download(versions)
+    lock_path = args.lock.resolve()
+    lock = parse_lock(lock_path)
+    lock_sha = sha256_file(lock_path)
+    carried, machine, skipped = split_lock(lock, from_source(lock_path))
+    log(f"lock {lock_path.relative_to(REPO)}: {len(lock)} packages; carrying {len(carried)}, "
+        f"{len(machine)} from the device image, {len(skipped)} not carried")
+    wheels = download(lock, carried, lock_sha)
+    log(f"{len(wheels)} wheels, each the lock's version with a sha256 the lock lists")
     removed = build_site(wheels)
     for r in removed:
         log(f"removed {r['path']} ({mib(r['bytes'])}): {r['reason']}")
-
-    # Declared dependencies of carried packages that neither travel nor sit on the device: the proven
-    # run did without them, but a code path that imports one will fail there.
-    gaps = sorted(
-        f"{dep} (for {', '.join(sorted(set(required_by[dep]) & set(KEEP)))})"
-        for dep in versions
-        if dep not in KEEP and dep not in DEVICE_HAS and set(required_by.get(dep, [])) & set(KEEP)
-    )
-    if gaps:
-        log("declared but not carried and not on the device: " + "; ".join(gaps))
 
     closure = deb_closure()
     debs = fetch_debs(closure)
@@ -550,17 +582,20 @@ def main() -> None:
     parts = split(xz)
     sizes.update(tar_bytes=tar_bytes, xz_bytes=xz.stat().st_size)
 
-    packages = [{"name": n, "version": versions[n], "wheel": w.name, "wheel_bytes": w.stat().st_size} for n, w in wheels.items()]
+    packages = [{"name": n, "version": lock[n]["version"], "wheel": w.name, "wheel_bytes": w.stat().st_size,
+                 "sha256": digest} for n, (w, digest) in sorted(wheels.items())]
     manifest = {
         "built": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "build_seconds": round(time.monotonic() - started),
         "builder": "tests/device/build_payload.py",
-        "target": {"python": PYTHON_VERSION, "platform": UV_PLATFORM, "exclude_newer": EXCLUDE_NEWER},
-        "requirements": REQUIREMENTS,
-        "resolution_size": len(versions),
+        "lock": {"path": str(lock_path.relative_to(REPO)), "sha256": lock_sha, "platform": PLATFORM,
+                 "packages": len(lock), "hash_checked": "pip download --require-hashes, then sha256 of each wheel "
+                                                       "against the lock's hashes"},
+        "target": {"python": PYTHON_VERSION, "glibc": f"2.{GLIBC_MINOR}", "machine": "x86_64"},
         "packages": packages,
+        "from_machine": [{"name": n, "version": lock[n]["version"]} for n in machine],
+        "not_carried": [{"name": n, "version": lock[n]["version"], "why": NOT_CARRIED[n]} for n in skipped],
         "removed": removed,
-        "declared_not_carried": gaps,
         "debs": deb_rows,
         "sizes": sizes,
         "tar_sha256": tar_sha,
@@ -573,7 +608,7 @@ def main() -> None:
     TRACKED_MANIFEST.write_text(text)
 
     print()
-    print(f"packages: {len(KEEP)} of {len(versions)} resolved; site/ {mib(sizes['site_bytes'])}, "
+    print(f"packages: {len(carried)} of the lock's {len(lock)} carried; site/ {mib(sizes['site_bytes'])}, "
           f"lib/ {mib(sizes['lib_bytes'])}, lib-fallback/ {mib(sizes['lib_fallback_bytes'])}")  # fmt: skip
     print(f"tar {mib(tar_bytes)} -> xz {mib(sizes['xz_bytes'])} ({sizes['xz_bytes']:,} bytes) in {len(parts)} parts:")
     for p in parts:

@@ -22,9 +22,19 @@ What it does, per scenario (a render of one ``tests/device/inventories/*.yml``):
    bootstrap server's ``/query``, the Mooncake listening ports and the engine's failure lines;
 5. stops the pipeline (its whole process group) and moves on.
 
-``--stock-connector`` runs a scenario with vLLM's own MooncakeConnector instead of the
+A scenario given as ``NAME=RENDER:stock`` runs with vLLM's own MooncakeConnector instead of the
 collection's (the stage config's two connector keys rewritten): the control that shows the failure
-the connector exists for.
+the connector exists for. ``NAME=RENDER:sandbox`` runs the pipeline the way its systemd unit would:
+as the unit's user with the footprint's owners and modes, through ``tests/device/sandbox.py`` (no
+capabilities, no_new_privs, a private /tmp, everything but the unit's ReadWritePaths read-only; that
+script says what it emulates and what not).
+
+Before the scenarios, the engine venv's packages are compared with the lock the payload was built
+from (``tests/device/payload.json``): every package it carries must be at the lock's version, and for
+every lock package it does not carry the table shows what the venv finds instead (this machine's
+copy, or nothing). ``--compile-bytecode`` first compiles the staged packages and this machine's
+site-packages (``python -m compileall``), as the collection does when it builds a venv, so a
+read-only venv starts as fast as a writable one.
 """
 
 from __future__ import annotations
@@ -50,7 +60,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins" / "plugin_utils"))
 import _pd_evidence  # the collection's judge, stdlib-only
 
-STAGE = Path(os.environ.get("DEVICE_STAGE", "/root/stage"))  # the unpacked payload (a rehearsal moves it)
+# The unpacked payload and the tiny model, outside /root (the engine unit has ProtectHome); a rehearsal moves it.
+STAGE = Path(os.environ.get("DEVICE_STAGE", "/srv/stage"))
+PAYLOAD = REPO / "tests" / "device" / "payload.json"  # what build_payload.py carried, and the lock it came from
 API_KEY = "device-run-" + "k" * 24  # a deploy writes the vault key into engine.env; any valid key does here
 # Only because the packages were staged, not installed: Mooncake's Debian libraries, and no
 # flashinfer wheel was carried (vLLM's sampler then uses its own kernels).
@@ -141,6 +153,121 @@ def use_stock_connector(stage_config: Path) -> None:
     stage_config.write_text(text)
 
 
+VERSION_PROBE = """
+import importlib.metadata as md, json, sys
+found = {}
+for name in json.load(sys.stdin):
+    try:
+        dist = md.distribution(name)
+        found[name] = [dist.version, str(dist.locate_file(""))]
+    except md.PackageNotFoundError:
+        found[name] = None
+print(json.dumps(found))
+"""
+
+
+def lock_versions(python: str) -> dict:
+    """Every package of the payload's lock against what the engine venv finds (first on its path)."""
+    payload = json.loads(PAYLOAD.read_text())
+    lock = {p["name"]: p["version"] for p in payload["packages"]}
+    carried = set(lock)
+    for entry in (*payload.get("from_machine", []), *payload.get("not_carried", [])):
+        lock[entry["name"]] = entry["version"]
+    done = subprocess.run([python, "-c", VERSION_PROBE], input=json.dumps(sorted(lock)), capture_output=True,
+                          text=True, check=True)
+    found = json.loads(done.stdout)
+    rows = []
+    for name in sorted(lock):
+        hit = found.get(name)
+        where = "absent" if hit is None else ("carried" if hit[1].startswith(str(STAGE / "site")) else "machine")
+        rows.append({"name": name, "lock": lock[name], "venv": hit[0] if hit else None, "from": where,
+                     "planned": "carried" if name in carried else "machine"})
+    carried_rows = [r for r in rows if r["planned"] == "carried"]
+    other = [r for r in rows if r["planned"] != "carried"]
+    result = {
+        "lock": payload.get("lock"),
+        "carried": len(carried_rows),
+        "carried_at_lock_version": sum(r["venv"] == r["lock"] and r["from"] == "carried" for r in carried_rows),
+        "carried_wrong": [r for r in carried_rows if r["venv"] != r["lock"] or r["from"] != "carried"],
+        "not_carried": other,
+        "not_carried_same": sum(r["venv"] == r["lock"] for r in other),
+        "not_carried_differ": [r for r in other if r["venv"] != r["lock"]],
+    }
+    log(f"lock {(payload.get('lock') or {}).get('path')}: {result['carried_at_lock_version']} of {len(carried_rows)} "
+        f"carried packages at the lock's version; of {len(other)} not carried, {result['not_carried_same']} "
+        f"found at the lock's version on this machine, {len(result['not_carried_differ'])} differ:")
+    print(f"  {'package':32} {'lock':24} {'this machine':24}", flush=True)
+    for row in result["carried_wrong"] + result["not_carried_differ"]:
+        print(f"  {row['name']:32} {row['lock']:24} {row['venv'] or '-':24} "
+              f"{'CARRIED BUT ' + row['from'] if row['planned'] == 'carried' else ''}", flush=True)
+    return result
+
+
+def compile_bytecode() -> dict:
+    """What the collection does at venv build: python -m compileall over everything the venv imports."""
+    timings = {}
+    for label, root in (("staged", str(STAGE / "site")), ("machine", torch_site())):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", root], capture_output=True,
+                              text=True, check=False)
+        timings[label] = {"path": root, "seconds": round(time.monotonic() - started, 1), "rc": done.returncode,
+                          "not_compiled": re.findall(r"\*\*\* Error compiling '([^']+)'", done.stdout + done.stderr)}
+        log(f"compileall {root}: {timings[label]}")
+    return timings
+
+
+def run_quiet(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+
+
+def ensure_account(user: str, group: str, home: str) -> None:
+    """The engine user and group, as the engine role creates them (system account, no login)."""
+    if run_quiet("getent", "group", group).returncode != 0:
+        run_quiet("groupadd", "--system", group)
+    if run_quiet("getent", "passwd", user).returncode != 0:
+        run_quiet("useradd", "--system", "--gid", group, "--home-dir", home, "--no-create-home",
+                  "--shell", "/usr/sbin/nologin", user)
+    for name, database in ((group, "group"), (user, "passwd")):
+        if run_quiet("getent", database, name).returncode != 0:
+            raise RuntimeError(f"could not create the {database} entry {name}")
+
+
+def set_owner(path: str, owner: str, group: str, mode: str) -> None:
+    shutil.chown(path, owner, group)
+    os.chmod(path, int(mode, 8))
+
+
+def prepare_sandbox(plan: dict, pipeline: dict) -> dict:
+    """The footprint's accounts, owners and modes for the engine (what the engine role lays down)."""
+    (host, footprint), = plan["footprint"].items()
+    account = next(a for a in footprint["accounts"] if a["component"] == "engine")
+    ensure_account(account["user"], account["group"], account["home"])
+    home = account["home"]
+    os.makedirs(home, exist_ok=True)
+    for root, dirs, files in os.walk(home):
+        for name in (*dirs, *files):
+            shutil.chown(os.path.join(root, name), account["user"], account["group"])
+    set_owner(home, account["user"], account["group"], "0750")
+    applied = []
+    for entry in (*footprint["directories"], *footprint["files"]):
+        if entry["component"] == "engine" and os.path.exists(entry["path"]):
+            set_owner(entry["path"], entry["owner"], entry["group"], entry["mode"])
+            applied.append(f"{entry['path']} {entry['owner']}:{entry['group']} {entry['mode']}")
+    return {"host": host, "user": account["user"], "group": account["group"], "home": home, "footprint": applied}
+
+
+def fresh_home(home: str) -> None:
+    """Every start begins with an empty engine home (no Triton or CUDA JIT caches from an earlier start)."""
+    keep = {"hf"}
+    for entry in Path(home).iterdir() if Path(home).is_dir() else []:
+        if entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 # --- the engine -------------------------------------------------------------------------------
 
 
@@ -181,8 +308,9 @@ def http(method: str, url: str, body: dict | None = None, key: str | None = API_
 
 
 class Engine:
-    def __init__(self, pipeline: dict, name: str, logs: Path, home: str):
+    def __init__(self, pipeline: dict, name: str, logs: Path, home: str, sandbox: list[str] | None = None):
         self.pipeline = pipeline
+        self.sandbox = sandbox or []  # tests/device/sandbox.py and its options, or nothing (as root)
         self.log_path = logs / f"{name}.log"
         env = read_env(Path(pipeline["paths"]["env_file"]))
         env["VLLM_API_KEY"] = API_KEY  # the secrets block the engine role appends on a host
@@ -199,10 +327,11 @@ class Engine:
 
     def start(self) -> None:
         self.handle = self.log_path.open("w")
-        self.handle.write(f"$ {' '.join(self.pipeline['argv'])}\n# env: {json.dumps(sorted(self.env))}\n")
+        argv = [*self.sandbox, *self.pipeline["argv"]]
+        self.handle.write(f"$ {' '.join(argv)}\n# env: {json.dumps(sorted(self.env))}\n")
         self.handle.flush()
         self.started = time.monotonic()
-        self.process = subprocess.Popen(self.pipeline["argv"], env=self.env, stdout=self.handle,
+        self.process = subprocess.Popen(argv, env=self.env, stdout=self.handle,
                                         stderr=subprocess.STDOUT, start_new_session=True, cwd=self.env["HOME"])
 
     def text(self) -> str:
@@ -403,10 +532,12 @@ def evidence(engine: Engine, pipeline: dict, results: dict, pd: bool) -> dict:
     return found
 
 
-def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: float, quick: bool) -> dict:
+def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: float, quick: bool,
+             sandboxed: bool = False) -> dict:
     plan = json.loads((render / "plan.json").read_text())
     pipeline = lay_out(render, plan)
     venv = make_venv(Path(pipeline["paths"]["venv"]))
+    fresh_home(plan["paths"]["engine_home"])
     connector = None if stock else install_connector(plan, venv["purelib"])
     if stock:
         use_stock_connector(Path(pipeline["paths"]["stage_config"]))
@@ -414,12 +545,22 @@ def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: fl
     record: dict = {"scenario": name, "layout": plan["layout"], "stages": [s["role"] for s in pipeline["stages"]],
                     "connector": "vLLM MooncakeConnector (stock)" if stock and pd else connector,
                     "argv": pipeline["argv"], "gpus": pipeline["gpus"]}
-    engine = Engine(pipeline, name, logs, plan["paths"]["engine_home"])
-    log(f"{name}: starting {' '.join(pipeline['argv'][:4])} ({len(pipeline['stages'])} stages)")
+    wrapper = None
+    if sandboxed:
+        record["sandbox_setup"] = prepare_sandbox(plan, pipeline)
+        wrapper = sandbox_wrapper(render, plan, venv)
+    record["run_as"] = "the unit's user, sandboxed (tests/device/sandbox.py)" if sandboxed else "root, no sandbox"
+    engine = Engine(pipeline, name, logs, plan["paths"]["engine_home"], wrapper)
+    log(f"{name}: starting {' '.join(pipeline['argv'][:4])} ({len(pipeline['stages'])} stages, {record['run_as']})")
     engine.start()
     try:
         record["ready"] = engine.wait_ready(ready_timeout)
         log(f"{name}: ready={record['ready']}")
+        if sandboxed:
+            report = next((line.split("[sandbox] ", 1)[1] for line in engine.text().splitlines()
+                           if line.startswith("[sandbox] {")), None)
+            record["sandbox"] = json.loads(report) if report else None
+            log(f"{name}: sandbox {report}")
         if not record["ready"]["ready"]:
             record["evidence"] = evidence(engine, pipeline, {}, False)
             return record
@@ -443,18 +584,34 @@ def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: fl
         engine.stop()
 
 
-def imports_only(render: Path) -> int:
+def sandbox_wrapper(render: Path, plan: dict, venv: dict) -> list[str]:
+    """tests/device/sandbox.py with the render's engine unit, checking the venv and packages are read-only."""
+    (host, _unused), = plan["hosts"].items()
+    return [sys.executable, str(REPO / "tests" / "device" / "sandbox.py"),
+            "--unit", str(render / host / "systemd" / "vllm-omni@.service"),
+            "--check-readonly", venv["venv"], "--check-readonly", str(STAGE / "site"),
+            "--check-readonly", torch_site(), "--"]
+
+
+def imports_only(render: Path, sandboxed: bool = False) -> int:
     """A cheap first look at a fresh machine: can the venv import the engine, Mooncake and our connector?"""
     plan = json.loads((render / "plan.json").read_text())
     pipeline = lay_out(render, plan)
     venv = make_venv(Path(pipeline["paths"]["venv"]))
     install_connector(plan, venv["purelib"])
+    if PAYLOAD.exists() and "lock" in json.loads(PAYLOAD.read_text()):
+        lock_versions(f"{venv['venv']}/bin/python")
+    wrapper = []
+    if sandboxed:  # as the unit's user in its sandbox: permissions and read-only mounts show up here, cheaply
+        log(f"sandbox set-up: {prepare_sandbox(plan, pipeline)}")
+        wrapper = sandbox_wrapper(render, plan, venv)
     code = ("import time; t = time.time(); import vllm, vllm_omni, mooncake.engine; "
             "from vllm.entrypoints.cli.main import main; import vllm_omni_serve_kv as k; "
             "print('imports ok', vllm.__version__, vllm_omni.__version__, 'connector revision', k.REVISION, "
             "round(time.time() - t, 1), 's')")
-    env = {"PATH": os.environ.get("PATH", ""), "LD_LIBRARY_PATH": f"{STAGE / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    return subprocess.run([f"{venv['venv']}/bin/python", "-c", code], env=env, check=False).returncode
+    env = {"PATH": os.environ.get("PATH", ""), "LD_LIBRARY_PATH": f"{STAGE / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+           "HOME": plan["paths"]["engine_home"]}
+    return subprocess.run([*wrapper, f"{venv['venv']}/bin/python", "-c", code], env=env, check=False).returncode
 
 
 def main() -> int:
@@ -464,19 +621,29 @@ def main() -> int:
     parser.add_argument("--ready-timeout", type=float, default=420)
     parser.add_argument("--imports-only", action="store_true",
                         help="set up the first scenario's venv and import what its engine will, then stop")
+    parser.add_argument("--compile-bytecode", action="store_true",
+                        help="python -m compileall the staged packages and the machine's site-packages first")
     args = parser.parse_args()
     if args.imports_only:
-        return imports_only(Path(args.scenarios[0].partition("=")[2].partition(":")[0]))
+        render, _sep, flag = args.scenarios[0].partition("=")[2].partition(":")
+        return imports_only(Path(render), sandboxed=flag == "sandbox")
     out = Path(args.out)
     logs = STAGE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     results.setdefault("machine", nvidia_smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"))
+    if args.compile_bytecode:
+        results["compile_bytecode"] = compile_bytecode()
     for spec in args.scenarios:
         name, _sep, rest = spec.partition("=")
         render, _sep, flag = rest.partition(":")
-        results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock")
+        if "versions" not in results and PAYLOAD.exists() and "lock" in json.loads(PAYLOAD.read_text()):
+            plan = json.loads((Path(render) / "plan.json").read_text())
+            venv = make_venv(Path(lay_out(Path(render), plan)["paths"]["venv"]))
+            results["versions"] = lock_versions(f"{venv['venv']}/bin/python")
+        results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock",
+                                 sandboxed=flag == "sandbox")
         results_path.write_text(json.dumps(results, indent=1, default=str))
     # Logs come back as one file (the device tool returns a handful): the tail of each, whole failure lines.
     with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The device side of the real-GPU PD run (issue 11; docs/gpu-evidence.md), called through the device
 # tool's `run` from the repository root, after tests/device/prepare.sh built .device/ here:
-#   tests/device/pd_serving.sh stage FILE...          keep carried files in /root/stage/in; one 56 MiB
+#   tests/device/pd_serving.sh stage FILE...          keep carried files in /srv/stage/in; one 46 MiB
 #                                                      part per call (the tool carries 64 MiB), calls back
 #                                                      to back (the machine is given back after 30 s idle)
-#   tests/device/pd_serving.sh imports NAME=RENDER         unpack, set up that render's venv, import the engine
-#   tests/device/pd_serving.sh run NAME=RENDER[:stock]...
+#   tests/device/pd_serving.sh imports NAME=RENDER[:sandbox]
+#                                                      unpack, set up that render's venv, compare it with the
+#                                                      lock, import the engine (as the unit's user, sandboxed)
+#   tests/device/pd_serving.sh run [--compile-bytecode] [--ready-timeout S] NAME=RENDER[:stock|:sandbox]...
 #                                                      unpack once, then serve and measure each scenario
 #                                                      (tests/device/pd_serving.py); results land in $OUT
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-stage=/root/stage
+stage=/srv/stage
 command=${1:-}
 shift || true
 case "$command" in
@@ -26,12 +28,14 @@ case "$command" in
     if [ ! -d "$stage/model" ]; then
       tar -C "$stage" -xzf "$stage/in/extras.tar.gz"  # model/ and render/<inventory>/
     fi
-    nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
+    nvidia-smi --query-gpu=index,name,memory.used,memory.total,driver_version --format=csv,noheader
+    echo "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 -V), $(ldd --version | head -1), $(uname -r)"
+    ls -l /dev/nvidia* 2>/dev/null | head -4
     if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,10p' "$0" >&2
+    sed -n '2,13p' "$0" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The controller side of the real-GPU PD run (docs/gpu-evidence.md): everything the device machine
 # needs, built here (PyPI and Debian mirrors reachable) into .device/ (git-ignored):
-#   .device/engine.tar.xz.part{0,1,2}  vLLM 0.26.0 + vLLM-Omni 0.26.0 + Mooncake, staged (build_payload.py)
+#   .device/engine.tar.xz.partN        the packages of data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt that the
+#                                      device image lacks, at the lock's versions and hashes (build_payload.py)
 #   .device/extras.tar.gz              the tiny random Qwen3-Omni (tiny_model.py) and the collection's
 #                                      render of every tests/device/inventories/*.yml (render.yml)
 # Run through `make device-payload` (it provides the tool venv and the 0.26.0 engine venv, whose
@@ -17,13 +18,14 @@ for inventory in tests/device/inventories/*.yml; do
   ansible-playbook playbooks/render.yml -i "$inventory" -e vllm_omni_render_dir="$PWD/.device/extras/render/$name" \
     > ".device/render-$name.log" || { cat ".device/render-$name.log"; exit 1; }
 done
+# The render must install the lock the payload was built from (the device is the ubuntu2404 platform).
+python3 tests/device/build_payload.py --check-renders .device/extras/render
 tar -C .device/extras -czf .device/extras.tar.gz model render
 ls -l .device/engine.tar.xz.part* .device/extras.tar.gz
-cat <<'NEXT'
-Now, through the device tool, back to back (the machine is given back after 30 s idle):
-  run  tests/device/pd_serving.sh stage .device/engine.tar.xz.part0                       carry [.device/engine.tar.xz.part0]
-  run  tests/device/pd_serving.sh stage .device/engine.tar.xz.part1                       carry [.device/engine.tar.xz.part1]
-  run  tests/device/pd_serving.sh stage .device/engine.tar.xz.part2 .device/extras.tar.gz carry [both]
-  run  tests/device/pd_serving.sh run pd-text=/root/stage/render/pd-text pd-text-stock=/root/stage/render/pd-text:stock
-  run  tests/device/pd_serving.sh run aggregated-text=/root/stage/render/aggregated-text pd-audio=/root/stage/render/pd-audio
-NEXT
+parts=(.device/engine.tar.xz.part*)
+echo "Now, through the device tool, back to back (the machine is given back after 30 s idle):"
+for ((i = 0; i < ${#parts[@]} - 1; i++)); do
+  echo "  run  tests/device/pd_serving.sh stage ${parts[i]}    carry [${parts[i]}]"
+done
+echo "  run  tests/device/pd_serving.sh stage ${parts[-1]} .device/extras.tar.gz    carry [both]"
+echo "  run  tests/device/pd_serving.sh run --compile-bytecode pd-text=/srv/stage/render/pd-text pd-text-sandboxed=/srv/stage/render/pd-text:sandbox"

@@ -1,6 +1,6 @@
 """The health wait's phase reader (plugin_utils/_progress.py: engine_phase) over a device run's engine
 logs: each line where the phase it reports changes, in order. Run on the device machine after
-``pd_serving.sh run`` (the logs are in /root/stage/logs)."""
+``pd_serving.sh run`` (the logs are in /srv/stage/logs)."""
 
 from __future__ import annotations
 
@@ -29,4 +29,4 @@ def main(logs: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/root/stage/logs"))
+    main(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/srv/stage/logs"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unpack the engine payload built by tests/device/build_payload.py. Runs ON THE DEVICE, from the repo root:
-#   tests/device/unpack_payload.sh /root/stage /root/stage/engine.tar.xz.part*
+#   tests/device/unpack_payload.sh /srv/stage /srv/stage/engine.tar.xz.part*
 # Gives DEST/site (for PYTHONPATH) and DEST/lib (for LD_LIBRARY_PATH). Parts are checked against the
 # manifest's sha256 first, so a truncated or stale chunk fails here and not as an xz error later.
 set -euo pipefail

@@ -134,3 +134,20 @@ def test_excerpt_trims_a_device_run_into_a_fixture(tmp_path):
     assert sum("handed off" in line for line in lines) == 1  # five short-prompt hand-offs, one kept
     assert any("Missing prefill kv_transfer_params.remote_request_id" in line for line in lines)
     assert "noise" not in lines
+
+
+def test_sandbox_emulation_accounts_for_every_directive_of_the_engine_unit(tmp_path):
+    """tests/device/sandbox.py: each [Service] directive of the rendered engine unit is emulated or named as not."""
+    sys.path.insert(0, str(REPO / "tests" / "device"))
+    try:
+        import sandbox
+    finally:
+        sys.path.remove(str(REPO / "tests" / "device"))
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml"))
+    unit = render_tree(plan)["h200-device/systemd/vllm-omni@.service"]
+    path = tmp_path / "vllm-omni@.service"
+    path.write_text(unit)
+    wanted = sandbox.directives(path)
+    assert wanted["User"] == ["vllm-omni"] and wanted["ProtectSystem"] == ["strict"]
+    unknown = set(wanted) - sandbox.EMULATED - sandbox.NOT_SANDBOX - set(sandbox.NOT_EMULATED)
+    assert not unknown, f"the engine unit has directives tests/device/sandbox.py neither emulates nor lists: {unknown}"

@@ -589,8 +589,8 @@ def main() -> None:
         "build_seconds": round(time.monotonic() - started),
         "builder": "tests/device/build_payload.py",
         "lock": {"path": str(lock_path.relative_to(REPO)), "sha256": lock_sha, "platform": PLATFORM,
-                 "packages": len(lock), "hash_checked": "pip download --require-hashes, then sha256 of each wheel "
-                                                       "against the lock's hashes"},
+                 "packages": len(lock),
+                 "hash_checked": "pip download --require-hashes, then sha256 of each wheel against the lock's hashes"},
         "target": {"python": PYTHON_VERSION, "glibc": f"2.{GLIBC_MINOR}", "machine": "x86_64"},
         "packages": packages,
         "from_machine": [{"name": n, "version": lock[n]["version"]} for n in machine],

@@ -30,7 +30,7 @@ case "$command" in
     fi
     nvidia-smi --query-gpu=index,name,memory.used,memory.total,driver_version --format=csv,noheader
     echo "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 -V), $(ldd --version | head -1), $(uname -r)"
-    ls -l /dev/nvidia* 2>/dev/null | head -4
+    find /dev -maxdepth 1 -name 'nvidia*' -exec ls -l {} + 2>/dev/null | head -4
     if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;

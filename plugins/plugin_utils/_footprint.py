@@ -113,6 +113,14 @@ def _directory(path: str, component: str, owner: str = "root", group: str = "roo
     return {"path": path, "component": component, "owner": owner, "group": group, "mode": mode, "remove": remove}
 
 
+def _home(component: str, account: tuple[str, str, str]) -> dict:
+    """A service account's home, owned by it on every deploy. Uninstall keeps homes (caches) but removes the
+    account; a later deploy may give the new account another uid, and the kept home, still owned by the old
+    one (or by whichever account got that uid since), would lock the service out of its working directory."""
+    user, group, home = account
+    return _directory(home, component, owner=user, group=group, mode="0700", remove="never")
+
+
 def _file(path: str, render: str | None, component: str, owner: str = "root", group: str = "root",
           mode: str = "0644", secrets: bool = False) -> dict:
     """A file whose text is the render directory's ``render`` entry (plus host-only secrets if ``secrets``).
@@ -134,6 +142,7 @@ def _engine_part(plan: dict, host: str) -> dict:
     pipelines = plan["hosts"][host]["pipelines"]
     directories = [
         _directory(paths["config_root"], "engine", group=group, mode="0750"),
+        _home("engine", ENGINE_ACCOUNT),
         _directory(paths["hf_home"], "engine", owner=user, group=group, mode="0750", remove="never"),
     ]
     files = [_file(paths["engine_unit_template"], f"{host}/systemd/{ENGINE_UNIT_TEMPLATE}", "engine")]
@@ -159,7 +168,7 @@ def _engine_part(plan: dict, host: str) -> dict:
 def _router_part(plan: dict, host: str) -> dict:
     return {
         "accounts": [_account("router", ROUTER_ACCOUNT)],
-        "directories": [_directory(ROUTER_STATE_DIR, "router")],
+        "directories": [_directory(ROUTER_STATE_DIR, "router"), _home("router", ROUTER_ACCOUNT)],
         "files": [_file(unit_path(ROUTER_UNIT), f"{host}/systemd/{ROUTER_UNIT}", "router"),
                   _file(ROUTER_SHAPE, f"{host}/router/argv-shape.json", "router")],
         "units": [{"name": ROUTER_UNIT, "component": "router"}],
@@ -191,7 +200,7 @@ def _frontdoor_part(plan: dict, host: str) -> dict:
 def _master_part(plan: dict, host: str) -> dict:
     return {
         "accounts": [_account("mooncake_master", MASTER_ACCOUNT)],
-        "directories": [],
+        "directories": [_home("mooncake_master", MASTER_ACCOUNT)],
         "files": [_file(unit_path(MASTER_UNIT), f"{host}/systemd/{MASTER_UNIT}", "mooncake_master"), _sysctl(host)],
         "units": [{"name": MASTER_UNIT, "component": "mooncake_master"}],
         "venvs": [plan["mooncake_master"]["venv"]],

@@ -47,7 +47,7 @@ ROUTER_SHAPE = f"{ROUTER_STATE_DIR}/argv-shape.json"  # the router's argv withou
 # The TLS front door (nginx) on router hosts: its site file, and our own directory for the key map and TLS.
 FRONTDOOR_CONFIG = "/etc/nginx/conf.d/vllm-omni.conf"
 FRONTDOOR_DIR = "/etc/nginx/vllm-omni"
-FRONTDOOR_API_KEYS = f"{FRONTDOOR_DIR}/api-keys.map"  # "Bearer <key>" 1; 0640 root:www-data, host only
+FRONTDOOR_API_KEYS = f"{FRONTDOOR_DIR}/api-keys.map"  # "Bearer <key>" 1; 0640 root:<nginx's group>, host only
 FRONTDOOR_CERT = f"{FRONTDOOR_DIR}/server.pem"
 FRONTDOOR_CERT_KEY = f"{FRONTDOOR_DIR}/server.key"
 FRONTDOOR_CA = f"{FRONTDOOR_DIR}/ca.pem"  # the CA clients trust (the collection's own, or the operator's chain)
@@ -176,20 +176,19 @@ def _router_part(plan: dict, host: str) -> dict:
     }
 
 
-WEB_GROUP = "www-data"  # Debian's nginx workers read the front door's key map and TLS key through it
-
-
 def _frontdoor_part(plan: dict, host: str) -> dict:
     frontdoor = plan["router"]["frontdoor"]
+    # nginx's workers read the key map and the TLS key through the group they run as: the distribution's.
+    web_group = plan["platforms"][plan["host_platforms"][host]]["web_group"]
     return {
         "accounts": [],
-        "directories": [_directory(frontdoor["directory"], "frontdoor", group=WEB_GROUP, mode="0750")],
+        "directories": [_directory(frontdoor["directory"], "frontdoor", group=web_group, mode="0750")],
         "files": [
             _file(frontdoor["config"], f"{host}/frontdoor/vllm-omni.conf", "frontdoor"),
-            *([_file(frontdoor["api_keys"], None, "frontdoor", group=WEB_GROUP, mode="0640", secrets=True)]
+            *([_file(frontdoor["api_keys"], None, "frontdoor", group=web_group, mode="0640", secrets=True)]
               if frontdoor["api_keys"] else []),
             _file(frontdoor["certificate"], None, "frontdoor"),
-            _file(frontdoor["certificate_key"], None, "frontdoor", group=WEB_GROUP, mode="0640", secrets=True),
+            _file(frontdoor["certificate_key"], None, "frontdoor", group=web_group, mode="0640", secrets=True),
             *([_file(frontdoor["ca"], None, "frontdoor")] if frontdoor["ca"] else []),
         ],
         "units": [],

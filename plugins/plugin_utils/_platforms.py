@@ -59,6 +59,7 @@ def target(platform_id: str) -> dict:
         "machine": row["machine"],
         "glibc": str(row["glibc"]),
         "venv_package": row["venv_package"],
+        "web_group": row["web_group"],
         "uv_platform": row["uv_platform"],
         "pip_platforms": _pip_platforms(row["machine"], str(row["glibc"])),
         "implementation": "cp",

@@ -593,7 +593,7 @@ SETTINGS: tuple[Setting, ...] = (
             check_controller_file, default_doc="a certificate from the collection's own CA"),
     Setting("vllm_omni_tls_key_file", DEPLOYMENT, None, "path (controller)",
             "The private key of vllm_omni_tls_cert_file on the controller (PEM). Copied to the router hosts, "
-            "0640 root:www-data (nginx's workers).",
+            "0640 root:<the group nginx runs as: www-data on Debian and Ubuntu, nginx on RHEL>.",
             check_controller_file, default_doc="see vllm_omni_tls_cert_file"),
     Setting("vllm_omni_tls_ca_file", DEPLOYMENT, None, "path (controller)",
             "The CA (PEM) that issued vllm_omni_tls_cert_file, if clients do not already trust it (a private CA). "

@@ -133,3 +133,12 @@ def test_a_venv_no_lock_exists_for_is_refused_with_the_resolvers_reason(monkeypa
     assert problem.where == "host gpu-a" and reason in problem.problem and "backend venv" in problem.problem
     assert "use another layout or version" in problem.fix
     assert chosen["edge"] == {"platform": "rhel9", "source": "discovered"}
+
+
+def test_the_front_door_files_belong_to_the_group_the_platforms_nginx_runs_as():
+    plan = mixed_fleet()  # the router-only host edge runs RHEL (AlmaLinux 9)
+    frontdoor = [f for f in plan["footprint"]["edge"]["files"] if f["component"] == "frontdoor" and f["secrets"]]
+    assert frontdoor and {f["group"] for f in frontdoor} == {"nginx"}
+    debian = build_plan(inventory({"gpu-a": host("10.0.0.11", OS["debian13"])}))
+    assert {f["group"] for f in debian["footprint"]["gpu-a"]["files"]
+            if f["component"] == "frontdoor" and f["secrets"]} == {"www-data"}

@@ -1,6 +1,8 @@
 """Deploys to real systemd hosts in the local lab (systemd-nspawn), beyond the molecule scenarios.
 
-`make lab-test` (part of `make test`; needs root). Each test states what it proves:
+`make lab-test` (part of `make test`; needs root). The module's host, lab-1, runs Debian 13 (trixie,
+CPython 3.13, systemd 257): what it proves, it proves for that platform's locks and interpreter (the
+other lab modules run Debian 12 hosts, test_multihost.py a fleet of both). Each test states what it proves:
 * the lab itself: `up` is idempotent, `down` leaves nothing behind;
 * `--check --diff` on a fresh host shows the diffs and changes nothing;
 * changing one pipeline restarts only that pipeline (unit start timestamps), removing one stops it,
@@ -30,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
 LAB_INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
 KEY = "lab-test-key-0123456789abcdef0123"
+TRIXIE = "lab-1=trixie"  # this module's host: Debian 13 (data/platforms.yml debian13, CPython 3.13)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 
@@ -79,7 +82,7 @@ def started_at(host: str, unit: str) -> str:
 
 @pytest.fixture(scope="module")
 def one_host():
-    lab("up", "--hosts", "1")  # no GPU stand-in: GPUs come from vllm_omni_gpus, in ascending order
+    lab("up", "--hosts", "1", "--releases", TRIXIE)  # no GPU stand-in: GPUs come from vllm_omni_gpus, ascending
     yield "lab-1"
     lab("down")
 
@@ -136,7 +139,7 @@ def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tm
 
 
 def other_controller_python() -> str:
-    """A Python for the controller that is not the hosts' 3.11 (the locks' target)."""
+    """A Python for the controller that is not the hosts' (3.13 on this module's host) and not 3.11 (this machine's)."""
     pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     candidates = [shutil.which("python3.12"), shutil.which("python3.13"),
                   *sorted(glob.glob(f"{pyenv}/versions/3.1[2-9]*/bin/python3")),
@@ -144,15 +147,15 @@ def other_controller_python() -> str:
     for candidate in filter(None, candidates):
         probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[1])"],
                                capture_output=True, text=True, check=False)
-        if probe.returncode == 0 and probe.stdout.strip() not in ("", "11"):
+        if probe.returncode == 0 and probe.stdout.strip() not in ("", "11", "13"):
             return candidate
-    pytest.fail("this test needs a Python 3.12 or later for the controller (the hosts run 3.11): install one")
+    pytest.fail("this test needs a Python 3.12 for the controller (this machine runs 3.11, the host 3.13): install one")
 
 
 def installed_collection(tmp_path: Path) -> dict:
     """The collection as a user gets it: its tarball installed into a fresh collections path, driven by
     ansible-core in a venv of another Python, with a cache of its own (so the hosts' wheel sets are
-    filled by that Python, for the hosts' 3.11), run from outside the checkout (no ansible.cfg)."""
+    filled by that Python, for the host's 3.13), run from outside the checkout (no ansible.cfg)."""
     build = tmp_path / "build"
     subprocess.run(["ansible-galaxy", "collection", "build", "--output-path", str(build)], cwd=REPO,
                    capture_output=True, text=True, check=True)
@@ -183,20 +186,21 @@ def test_the_installed_tarball_on_another_python_deploys_and_uninstall_keeps_onl
     controller = installed_collection(tmp_path)
     version = subprocess.run([str(controller["venv"] / "bin/python"), "--version"], capture_output=True, text=True,
                              check=True).stdout
-    assert not version.startswith("Python 3.11"), version
+    assert not version.startswith(("Python 3.11", "Python 3.13")), version
     inventory = simulator(tmp_path, gpus=list(range(3)))
     # Start from a bare host (the tests before leave a deployment): the installed copy must build every venv.
     playbook("uninstall.yml", inventory)
     deployed = installed_playbook(controller, "deploy", inventory)
     assert str(REPO) not in deployed.stdout  # every task came from the installed copy
     assert "ok=" in deployed.stdout and recap(deployed.stdout)["lab-1"]["failed"] == 0
-    # The hosts' wheel set was filled by the 3.12+ controller, for the hosts' CPython 3.11.
+    # The host's wheel set was filled by the 3.12 controller, for the host's platform (debian13, CPython 3.13).
     wheel_sets = list((tmp_path / "cache").glob("wheelhouse/*/.complete"))
-    assert wheel_sets, "no wheel set was filled in the controller's own cache"
-    assert all("cp312" not in wheel.name for wheel in (tmp_path / "cache").glob("wheelhouse/*/*.whl"))
+    assert wheel_sets and all("-debian13-" in path.parent.name for path in wheel_sets), wheel_sets
+    wheels = [wheel.name for wheel in (tmp_path / "cache").glob("wheelhouse/*/*.whl")]
+    assert any("cp313" in name for name in wheels) and not any("cp312" in name for name in wheels)
     versions = on(one_host, 'for venv in /opt/vllm-omni/venvs/*/; do "$venv/bin/python" --version; done 2>&1').split("\n")
     versions = [line for line in versions if line]
-    assert len(versions) >= 2 and all(line.startswith("Python 3.11") for line in versions), versions  # simulator, router
+    assert len(versions) >= 2 and all(line.startswith("Python 3.13") for line in versions), versions  # simulator, router
     on(one_host, "touch /var/lib/vllm-omni/hf/weights.marker")
     installed_playbook(controller, "uninstall", inventory)
     listing = on(one_host, "ls -d /etc/vllm-omni /opt/vllm-omni /etc/systemd/system/vllm-omni@.service "
@@ -248,7 +252,7 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     # The collection's KV connector sits in the venv's site-packages, and the engine imports it there.
     connector = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                              "'import vllm_omni_serve_kv as k; print(k.__file__, k.REVISION)'").split()[-2:]
-    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.11/site-packages/vllm_omni_serve_kv.py", "2"]
+    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.13/site-packages/vllm_omni_serve_kv.py", "2"]
     for pipeline in ("omni0", "omni1"):
         config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
         assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config
@@ -287,7 +291,7 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
     sys.path.insert(0, str(REPO / "tests" / "conformance"))
     from conftest import ensure_engine  # the controller's engine venv (make conformance builds it first)
 
-    lab("up", "--hosts", "3")
+    lab("up", "--hosts", "3", "--releases", TRIXIE)
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]},
                                                             "lab-2": {"vllm_omni_gpus": [0]},
                                                             "lab-3": {"vllm_omni_gpus": [0, 1]}}},

@@ -9,6 +9,8 @@ Every check yields ``ok``, ``warn`` or ``fail`` with what was seen and, when not
 
 from __future__ import annotations
 
+from ._platforms import version_tuple
+
 GIB = 1024 ** 3
 # Free space a venv needs (the engine venv is about 8-9 GB; the simulator's well under 1 GB).
 VENV_GIB = {"engine": 20, "simulator": 1}
@@ -83,15 +85,6 @@ def _disk(plan: dict, disk: dict, backend: str) -> list[dict]:
     return checks
 
 
-def _version(text) -> tuple[int, ...]:
-    parts = []
-    for part in str(text or "").split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)
-
-
 def _platform_checks(plan: dict, host: str, facts: dict) -> list[dict]:
     """A host that builds venvs gets them from the locks of its platform (the plan's host_platforms), made from
     that platform's interpreter: the host must have that Python (able to make a venv), at least that glibc,
@@ -120,7 +113,7 @@ def _platform_checks(plan: dict, host: str, facts: dict) -> list[dict]:
             fix += "the host is not that platform: remove or correct vllm_omni_host_platform, or use a host of a " \
                    "supported OS (docs/platforms.md)"
         checks.append(_check("python", "fail", seen, fix))
-    if glibc is not None and _version(glibc) < _version(target["glibc"]):
+    if glibc is not None and version_tuple(glibc) < version_tuple(target["glibc"]):
         checks.append(_check("glibc", "fail", f"glibc {glibc}; the {platform_id} locks need {target['glibc']} or newer",
                              "the host is older than its platform: correct vllm_omni_host_platform to the host's own "
                              "OS, or upgrade the host (docs/platforms.md)"))
@@ -135,7 +128,7 @@ def _driver_check(plan: dict, host: str, gpu_facts: dict) -> dict:
     floor, driver = wheel.get("driver_floor"), gpu_facts.get("driver_version")
     seen = (f"driver {driver}, CUDA {gpu_facts.get('cuda_version')}, {gpu_facts.get('count')} GPU(s); plan uses "
             f"{gpus} ({plan['hosts'][host]['gpu_source']})")
-    if plan["backend"]["name"] == "engine" and floor and _version(driver) and _version(driver) < _version(floor):
+    if plan["backend"]["name"] == "engine" and floor and version_tuple(driver) and version_tuple(driver) < version_tuple(floor):
         return _check("nvidia driver", "fail", f"{seen}; vLLM {wheel['vllm_version']}'s torch wheels use CUDA "
                       f"{wheel['wheel_cuda_major']}, which needs driver {floor} or newer",
                       f"upgrade the NVIDIA driver to {floor} or newer (a CUDA {wheel['wheel_cuda_major']} driver "

@@ -28,7 +28,7 @@ def _supported() -> str:
     return ", ".join(f"{p} ({_platforms.target(p)['name']})" for p in _platforms.platform_ids())
 
 
-def _platform_of(host: str, where: str, wanted: str, facts: dict | None, problems: Problems) -> tuple[str, str] | None:
+def _platform_of(where: str, wanted: str, facts: dict | None, problems: Problems) -> tuple[str, str] | None:
     """(platform id, how it was chosen), or None after adding the problem."""
     machine = (facts or {}).get("machine")
     unsupported = _platforms.unsupported_machines()
@@ -67,7 +67,7 @@ def host_platforms(venv_hosts: dict[str, list[str]], lock_names: dict[str, str],
     hosts = sorted({host for members in venv_hosts.values() for host in members})
     for host in hosts:
         where = f"host {host}"
-        picked = _platform_of(host, where, settings_of.get(host, _platforms.AUTO),
+        picked = _platform_of(where, settings_of.get(host, _platforms.AUTO),
                               hostvars.get(host, {}).get("vllm_omni_os_facts"), problems)
         if picked is None:
             continue

@@ -19,7 +19,7 @@ from . import _locks, _platforms
 from ._problems import Problems
 
 
-def _needed_locks(host: str, roles: dict[str, list[str]], lock_names: dict[str, str]) -> dict[str, str]:
+def _needed_locks(host: str, roles: dict[str, set[str]], lock_names: dict[str, str]) -> dict[str, str]:
     """What each venv of this host is for -> its lock name."""
     return {role: lock_names[role] for role, hosts in roles.items() if host in hosts}
 
@@ -64,7 +64,8 @@ def host_platforms(venv_hosts: dict[str, list[str]], lock_names: dict[str, str],
     ``lock_names``: venv role -> its lock's name; ``settings_of``: host -> its vllm_omni_host_platform.
     """
     chosen: dict[str, dict] = {}
-    hosts = sorted({host for members in venv_hosts.values() for host in members})
+    members = {role: set(hosts) for role, hosts in venv_hosts.items()}  # membership per host: linear, not n^2
+    hosts = sorted(set().union(*members.values()))
     for host in hosts:
         where = f"host {host}"
         picked = _platform_of(where, settings_of.get(host, _platforms.AUTO),
@@ -73,7 +74,7 @@ def host_platforms(venv_hosts: dict[str, list[str]], lock_names: dict[str, str],
             continue
         platform, source = picked
         missing = _locks.unavailable(platform)
-        for role, name in _needed_locks(host, venv_hosts, lock_names).items():
+        for role, name in _needed_locks(host, members, lock_names).items():
             if name in missing:
                 problems.add(where, "vllm_omni_host_platform",
                              f"the {role.replace('_', ' ')} venv ({name}) has no lock for {platform}: {missing[name]}",

@@ -105,6 +105,8 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     _add_platforms(plan, hostvars, problems)
     problems.raise_if_any()
     plan["artifacts"] = _artifacts.artifacts_plan(settings, plan, ips)
+    # How deploy and upgrade roll pipelines that serve (roles/upgrade, _rolling.waves).
+    plan["rolling"] = {"max_unavailable": settings["vllm_omni_rolling_max_unavailable"]}
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))

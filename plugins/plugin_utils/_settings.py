@@ -233,6 +233,16 @@ def inside(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
+def check_max_unavailable(value: Any, name: str) -> int | str:
+    """A count of pipelines (at least 1) or a share of the serving ones, ``"25%"`` (1-100)."""
+    if isinstance(value, str):
+        if re.fullmatch(r"([1-9][0-9]?|100)%", value.strip()):
+            return value.strip()
+        raise SettingError(f"is {show(value)}, neither a count nor a percentage",
+                           f'write a whole number of pipelines ({name}: 1) or a share of them ({name}: "25%")')
+    return check_int(value, name, 1, 100000)
+
+
 def check_abs_path(value: Any, name: str) -> str:
     path = check_str(value, name, r"/[A-Za-z0-9._/-]{1,254}", "an absolute path of letters, digits, . _ - / "
                      f"(at most {PATH_MAX} characters)", "/opt/vllm-omni")
@@ -548,6 +558,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Use GPUs that discovery reports busy (memory in use or compute processes not of this deployment). "
             "Without it, busy GPUs listed in vllm_omni_gpus are refused and undeclared ones are skipped.",
             check_bool),
+    Setting("vllm_omni_rolling_max_unavailable", DEPLOYMENT, 1, "int or `N%`",
+            "How many serving pipelines a deploy or upgrade restarts at once (drained from the routers first); "
+            "a count or a share of the serving pipelines (`\"25%\"`, rounded down). One always keeps serving. "
+            "New pipelines and a first deploy start together.",
+            check_max_unavailable),
     Setting("vllm_omni_extra_env", DEPLOYMENT, {}, "mapping",
             "Extra environment for every pipeline (e.g. NCCL_* tuning). Planner-owned names are refused.",
             check_env),

@@ -36,6 +36,11 @@ class ActionModule(ActionBase):
         keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
         problems = _secrets.key_problems(keys, required)
         plan = self._task.args.get("plan")
+        # The keys clients may send to the front door during a rotation (and every key in them).
+        key_sets = {host: self._read(hostvars, host, "vllm_omni_api_keys") for host in hosts}
+        frontdoor = bool((((plan or {}).get("router") or {}).get("frontdoor") or {}).get("enabled", True)) \
+            if isinstance(plan, dict) else True
+        problems += _secrets.key_set_problems(key_sets, required, frontdoor)
         if isinstance(plan, dict):
             found = {}
             for host in hosts:
@@ -43,6 +48,9 @@ class ActionModule(ActionBase):
                     value = self._read(hostvars, host, name)
                     if isinstance(value, str):
                         found[name] = value
+                if isinstance(key_sets[host], list):
+                    found.update({f"vllm_omni_api_keys[{index}]": value for index, value in enumerate(key_sets[host])
+                                  if isinstance(value, str)})
             problems += _secrets.leaks(plain(plan), found)
             tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
             if tls.get("source") == "provided":
@@ -51,5 +59,5 @@ class ActionModule(ActionBase):
         result.update(changed=False, problems=problems)
         if problems:
             result.update(failed=True, msg="; ".join(problems) + " -> keep secrets in Ansible Vault and refer to "
-                          "them only from vllm_omni_api_key / engine_hf_token (docs/security.md)")
+                          "them only from vllm_omni_api_key(s) / engine_hf_token (docs/security.md)")
         return result

@@ -5,26 +5,32 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: frontdoor_key_map
-short_description: The front door's API key map entry (nginx), matching the key case-sensitively
+short_description: The front door's API key map (nginx), matching each accepted key case-sensitively
 version_added: 0.1.0
 description:
   - The text of the front door's key map file (C(vllm_omni_plan.router.frontdoor.api_keys)), which nginx includes in
-    a C(map $http_authorization) block. nginx matches plain map strings ignoring case, so the entry is a
-    case-sensitive regular expression anchored at both ends, every character other than a letter or digit in a
-    character class of its own.
-  - The key must already have passed the collection's secrets check (an HTTP bearer token); anything else is refused.
-  - Use it only in a task with C(no_log), the text holds the key.
+    a C(map $http_authorization $vllm_omni_upstream_authorization) block, one entry per key a client may send, each
+    giving the C(Authorization) header nginx sends on to the engines (C(Bearer <upstream>)); a request matching no
+    entry is refused with 401.
+  - nginx matches plain map strings ignoring case, so each entry is a case-sensitive regular expression anchored at
+    both ends, every character other than a letter or digit in a character class of its own.
+  - Every key must already have passed the collection's secrets check (an HTTP bearer token); anything else is refused.
+  - Use it only in a task with C(no_log), the text holds the keys.
 options:
   _input:
-    description: The API key.
-    type: str
+    description: The keys clients may send (C(vllm_omni_api_keys)), or one key (C(vllm_omni_api_key)).
+    type: raw
     required: true
+  upstream:
+    description: The key the engines check (C(vllm_omni_api_key)), sent on in place of the client's. Default, for one
+      key, that key.
+    type: str
 """
 
 EXAMPLES = r"""
-- name: Front door | the API key nginx checks
+- name: Front door | the API keys nginx accepts, and the one it sends on
   ansible.builtin.copy:
-    content: "{{ vllm_omni_api_key | vllm_omni.serve.frontdoor_key_map }}"
+    content: "{{ (vllm_omni_api_keys or [vllm_omni_api_key]) | vllm_omni.serve.frontdoor_key_map(vllm_omni_api_key) }}"
     dest: /etc/nginx/vllm-omni/api-keys.map
     mode: "0640"
   no_log: true
@@ -32,7 +38,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The map file's text (one entry and a newline).
+  description: The map file's text (one entry and a newline per key).
   type: str
 """
 
@@ -41,9 +47,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
 
 
-def frontdoor_key_map(key):
+def frontdoor_key_map(keys, upstream=None):
+    keys = [str(keys)] if isinstance(keys, str) else [str(key) for key in keys or []]
     try:
-        return _host_files.frontdoor_key_map(str(key))
+        return _host_files.frontdoor_key_map(keys, None if upstream is None else str(upstream))
     except ValueError as error:
         raise AnsibleFilterError(str(error)) from None
 

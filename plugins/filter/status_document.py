@@ -25,7 +25,9 @@ options:
     type: dict
     required: true
   router:
-    description: router host -> C(health) and C(workers) (the router's C(/workers) list).
+    description: router host -> C(health), C(workers) (the router's C(/workers) list) and C(certificate) (the front
+      door's certificate, PEM; empty without one). Each router in the document shows C(certificate_expires) (UTC) and
+      C(certificate_days_left).
     type: dict
     required: true
 seealso:

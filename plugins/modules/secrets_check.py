@@ -9,10 +9,13 @@ module: secrets_check
 short_description: Check the deployment's secrets on the controller without showing them
 version_added: 0.1.0
 description:
-  - Reads C(vllm_omni_api_key) (and C(engine_hf_token)) of the given hosts once, on the controller, and checks that the
-    key is an HTTP bearer token of 16-256 characters (no trailing newline or space), that every engine host holds the
-    same key, and that no secret value appears anywhere in the plan (which reaches argv, environment files,
-    C(plan.json) and the render directory).
+  - Reads C(vllm_omni_api_key), C(vllm_omni_api_keys) (and C(engine_hf_token)) of the given hosts once, on the
+    controller, and checks that the key is an HTTP bearer token of 16-256 characters (no trailing newline or space),
+    that every engine host holds the same key, and that no secret value appears anywhere in the plan (which reaches
+    argv, environment files, C(plan.json) and the render directory).
+  - Also C(vllm_omni_api_keys), the keys clients may send to the front door during a key rotation, a list of at most
+    16 such tokens, none twice, the same set on every host, only with a required key and the front door (the plan's
+    C(router.frontdoor.enabled)).
   - With the operator's own front door certificate (C(vllm_omni_tls_cert_file)), also that the certificate, key and
     CA files named in the plan are on the controller, readable, and PEM of the right kind.
   - Every problem names hosts and places in the plan, never a value; the result holds no secret.

@@ -143,17 +143,32 @@ def router_shape_text(plan: dict, host: str) -> str:
     return json.dumps(router_shape(plan["router"]["per_host"][host]["argv"]), indent=4) + "\n"
 
 
-def frontdoor_key_map(key: str) -> str:
-    """The front door's key map entry: ``"~^Bearer <key>$" 1;``, case-sensitive (plain map strings are not).
+def frontdoor_key_map(keys: str | list[str], upstream: str | None = None) -> str:
+    """The front door's key map: one entry per key a client may send, ``"~^Bearer <key>$" "Bearer <upstream>";``.
 
-    Every character other than a letter or digit stands in a character class of its own (``[.]``), so
-    nothing in the key is a regular expression operator or an nginx escape. The key is a bearer token
-    (``_secrets.API_KEY``); the secrets check has refused anything else before a host is touched.
+    ``keys``: the keys clients may send (vllm_omni_api_keys, or vllm_omni_api_key alone); ``upstream``: the
+    key the engines check (vllm_omni_api_key; default: the only key given), which nginx sends on in place
+    of the client's. A request whose header matches no entry maps to "" and is refused (401).
+
+    Each entry is case-sensitive (plain map strings are not): every character other than a letter or
+    digit stands in a character class of its own (``[.]``), so nothing in the key is a regular expression
+    operator or an nginx escape. Every key is a bearer token (``_secrets.API_KEY``: no quote, backslash,
+    ``$`` or space, so the value needs no escaping either); the secrets check has refused anything else
+    before a host is touched.
     """
-    if not _secrets.API_KEY.fullmatch(key):
-        raise ValueError("frontdoor_key_map: the API key is not a bearer token (the secrets check refuses it)")
-    pattern = "".join(c if c.isascii() and c.isalnum() else f"[{c}]" for c in key)
-    return f'"~^Bearer {pattern}$" 1;\n'
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    if upstream is None and len(keys) == 1:
+        upstream = keys[0]
+    if not keys or upstream is None:
+        raise ValueError("frontdoor_key_map: no key given (or, for several keys, no upstream key)")
+    for key in [*keys, upstream]:
+        if not isinstance(key, str) or not _secrets.API_KEY.fullmatch(key):
+            raise ValueError("frontdoor_key_map: an API key is not a bearer token (the secrets check refuses it)")
+    lines = []
+    for key in dict.fromkeys(keys):
+        pattern = "".join(c if c.isascii() and c.isalnum() else f"[{c}]" for c in key)
+        lines.append(f'"~^Bearer {pattern}$" "Bearer {upstream}";\n')
+    return "".join(lines)
 
 
 def frontdoor_config(plan: dict, host: str) -> str:
@@ -169,11 +184,15 @@ def frontdoor_config(plan: dict, host: str) -> str:
     # Only plain paths go on: nginx matched the normalised path, and the router must see that same path
     # (no dot segments, no percent-encoding, no doubled slashes in what is sent on as it came).
     path_check = ["    if ($request_uri ~ \"^[^?]*(%|/\\.|//)\") { return 404 '{\"error\": \"not found\"}\\n'; }"]
-    key_check = (["    if ($vllm_omni_authorized = 0) { return 401 '{\"error\": \"missing or wrong API key\"}\\n'; }"]
-                 if router["api_key_required"] else [])
+    # The key map gives the Authorization header the engines check (vllm_omni_api_key) for every key a
+    # client may send ("" for anything else): a key rotation changes this file and reloads nginx only.
+    refused = "return 401 '{\"error\": \"missing or wrong API key\"}\\n';"
+    key_check = ([f'    if ($vllm_omni_upstream_authorization = "") {{ {refused} }}'] if router["api_key_required"] else [])
     proxy = [f"        proxy_pass {backend};", "        proxy_http_version 1.1;",
              '        proxy_set_header Connection "";', "        proxy_set_header Host $host;",
              "        proxy_set_header X-Forwarded-For $remote_addr;",
+             *(["        proxy_set_header Authorization $vllm_omni_upstream_authorization;"]
+               if router["api_key_required"] else []),
              "        # Streamed completions: pass every chunk on as it comes.",
              "        proxy_buffering off;", f"        proxy_read_timeout {timeout}s;", f"        proxy_send_timeout {timeout}s;"]
     lines = [
@@ -185,7 +204,7 @@ def frontdoor_config(plan: dict, host: str) -> str:
         "                     'upstream=$upstream_addr rt=$request_time';",
     ]
     if router["api_key_required"]:
-        lines += ["map $http_authorization $vllm_omni_authorized {", "    default 0;",
+        lines += ["map $http_authorization $vllm_omni_upstream_authorization {", '    default "";',
                   f"    include {frontdoor['api_keys']};", "}"]
     lines += [
         "server {",

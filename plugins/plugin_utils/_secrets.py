@@ -40,17 +40,77 @@ def key_problems(keys: dict[str, object], required: bool) -> list[str]:
         elif not isinstance(key, str):
             problems.append(f"{host} (vllm_omni_api_key is a {type(key).__name__}, not a string)")
         elif not API_KEY.fullmatch(key):
-            why = ("ends with a newline or space" if key != key.rstrip() else
-                   "is shorter than 16 characters" if len(key) < 16 else
-                   "is longer than 256 characters" if len(key) > 256 else
-                   "holds characters other than A-Z a-z 0-9 . _ ~ + / = -")
-            problems.append(f"{host} (vllm_omni_api_key {why})")
+            problems.append(f"{host} (vllm_omni_api_key {_why_not_a_key(key)})")
         else:
             seen.setdefault(_fingerprint(key), []).append(host)
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())
         problems.append(f"the engine and router hosts hold different API keys ({groups}): the front door checks a "
                         "client's key and the router sends it on to any pipeline, so they must be one key")
+    return problems
+
+
+MAX_KEYS = 16  # a rotation needs two; a handful of client groups with keys of their own is plenty
+
+
+def _why_not_a_key(key: str) -> str:
+    return ("ends with a newline or space" if key != key.rstrip() else
+            "is shorter than 16 characters" if len(key) < 16 else
+            "is longer than 256 characters" if len(key) > 256 else
+            "holds characters other than A-Z a-z 0-9 . _ ~ + / = -")
+
+
+def key_set_problems(key_sets: dict[str, object], required: bool, frontdoor: bool) -> list[str]:
+    """``vllm_omni_api_keys`` per host: the keys clients may send to the front door (None or []: not set).
+
+    Each entry is a bearer token, none twice, at most MAX_KEYS, and every host holds the same set (in
+    any order). The set needs a required key and the front door (nginx checks it; the engines check
+    only vllm_omni_api_key, which the door sends on). Problems name hosts and positions, never a value.
+    """
+    problems, seen, used = [], {}, []
+    for host, keys in sorted(key_sets.items()):
+        if isinstance(keys, Exception):
+            problems.append(f"{host} (vllm_omni_api_keys could not be read: {type(keys).__name__}; is the vault "
+                            "password given and the variable it refers to defined?)")
+            continue
+        if keys is None or keys == []:
+            seen.setdefault((), []).append(host)
+            continue
+        if isinstance(keys, str) or not isinstance(keys, list):
+            problems.append(f"{host} (vllm_omni_api_keys is a {type(keys).__name__}, not a list of keys; write "
+                            "vllm_omni_api_keys: [<old key>, <new key>], each vaulted)")
+            continue
+        used.append(host)
+        bad = False
+        for index, key in enumerate(keys):
+            if not isinstance(key, str):
+                problems.append(f"{host} (vllm_omni_api_keys[{index}] is a {type(key).__name__}, not a string)")
+                bad = True
+            elif not API_KEY.fullmatch(key):
+                problems.append(f"{host} (vllm_omni_api_keys[{index}] {_why_not_a_key(key)})")
+                bad = True
+        if bad:
+            continue
+        if len(keys) > MAX_KEYS:
+            problems.append(f"{host} (vllm_omni_api_keys holds {len(keys)} keys; at most {MAX_KEYS})")
+            continue
+        fingerprints = [_fingerprint(key) for key in keys]
+        twice = [str(i) for i, f in enumerate(fingerprints) if f in fingerprints[:i]]
+        if twice:
+            problems.append(f"{host} (vllm_omni_api_keys[{', '.join(twice)}] repeats an earlier key)")
+            continue
+        seen.setdefault(tuple(sorted(fingerprints)), []).append(host)
+    if len(seen) > 1:
+        groups = "; ".join(", ".join(hosts) for hosts in seen.values())
+        problems.append(f"the engine and router hosts hold different vllm_omni_api_keys ({groups}): every front "
+                        "door must accept the same keys")
+    if used and not required:
+        problems.append("vllm_omni_api_keys is set but vllm_omni_api_key_required is false: nothing checks a key; "
+                        "remove vllm_omni_api_keys or require the key")
+    elif used and not frontdoor:
+        problems.append("vllm_omni_api_keys needs the front door (vllm_omni_frontdoor_enabled): without it clients "
+                        "reach vllm-router, which hands their key to the engines, and an engine checks one key "
+                        "(vllm_omni_api_key) only")
     return problems
 
 

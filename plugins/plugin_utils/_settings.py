@@ -639,11 +639,20 @@ SETTINGS: tuple[Setting, ...] = (
             "Networks allowed to reach Prometheus (and the router's metrics port) besides the inventory hosts.",
             check_cidr_list),
     Setting("vllm_omni_api_key", SECRET, None, "string (vault)",
-            "The API key clients must send (`Authorization: Bearer ...`). Keep it in Ansible Vault; it is written only "
-            "to the hosts' 0640 engine.env, never to the plan or the render directory.",
+            "The API key (`Authorization: Bearer ...`): the engines check it, and the front door accepts it from "
+            "clients unless vllm_omni_api_keys is set (then it only sends it on to the engines). Keep it in Ansible "
+            "Vault; it is written only to the hosts' 0640 engine.env and the front door's 0640 key map, never to the "
+            "plan or the render directory.",
             lambda v, n: check_str(v, n, r"[A-Za-z0-9._~+/=-]{16,256}", "16-256 characters of A-Z a-z 0-9 . _ ~ + / = -",
                                    "a-long-random-string-from-vault"),
             default_doc="required when vllm_omni_api_key_required"),
+    Setting("vllm_omni_api_keys", SECRET, [], "list of strings (vault)",
+            "The keys clients may send to the front door, instead of vllm_omni_api_key: a key rotation lists the "
+            "old and the new key, then the new one only (docs/security.md, \"Rotating the API key\"). Each is a "
+            "bearer token like vllm_omni_api_key, at most 16 of them; the front door sends vllm_omni_api_key on to "
+            "the engines whichever a client used, so a rotation reloads nginx and restarts no pipeline. Needs the "
+            "front door. Empty: clients send vllm_omni_api_key.",
+            default_doc="`[]` (clients send vllm_omni_api_key)"),
     Setting("vllm_omni_hf_token", SECRET, None, "string (vault)",
             "Hugging Face token for a gated or private model (vllm_omni_model_source `hub`). Used on the controller "
             "only, through the environment; never written to a host, the plan or the output.",

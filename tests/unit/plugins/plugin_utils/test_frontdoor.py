@@ -18,11 +18,22 @@ def with_router(**settings):
     return inv
 
 
-def nginx_regex(entry: str) -> re.Pattern:
+def nginx_regex(entry: str, upstream: str | None = None) -> re.Pattern:
     """The map entry's regular expression, as nginx reads it ("~" = case-sensitive)."""
-    match = re.fullmatch(r'"~(.*)" 1;\n', entry)
+    match = re.fullmatch(r'"~(.*)" "Bearer ([^"]*)";\n', entry)
     assert match, entry
+    assert upstream is None or match.group(2) == upstream
     return re.compile(match.group(1))
+
+
+def nginx_map(text: str, header: str) -> str:
+    """What nginx's map gives for an Authorization header: the first matching entry's value, else ""."""
+    for entry in text.splitlines(keepends=True):
+        match = re.fullmatch(r'"~(.*)" "([^"]*)";\n', entry)
+        assert match, entry
+        if re.search(match.group(1), header):
+            return match.group(2)
+    return ""
 
 
 @pytest.mark.parametrize("key", ["abcdefghijklmnopqrstuvwxyz", "Ab.C+d/E=f~g-h_i0123456789==", "a" * 256])
@@ -39,13 +50,36 @@ def test_the_key_map_refuses_what_is_not_a_bearer_token():
     for bad in ("short", "abcdefghijklmnopq\n", 'abcdefghijklmnop"; }', "abcdefghijklmnopq$1"):
         with pytest.raises(ValueError, match="not a bearer token"):
             _host_files.frontdoor_key_map(bad)
+        with pytest.raises(ValueError, match="not a bearer token"):  # in a set, or as the key sent on
+            _host_files.frontdoor_key_map(["old-key-0123456789", bad], "old-key-0123456789")
+        with pytest.raises(ValueError, match="not a bearer token"):
+            _host_files.frontdoor_key_map(["old-key-0123456789"], bad)
+    with pytest.raises(ValueError, match="no key given"):
+        _host_files.frontdoor_key_map([], "old-key-0123456789")
+    with pytest.raises(ValueError, match="no upstream key"):
+        _host_files.frontdoor_key_map(["old-key-0123456789", "new-key-0123456789"])
+
+
+def test_a_key_set_accepts_each_key_and_sends_the_engines_key_on():
+    old, new, engines = "old-key-0123456789", "New.Key+/=~_-0123456789", "engine-key-0123456789"
+    text = _host_files.frontdoor_key_map([old, new, old], engines)  # a repeat is written once
+    assert text.count("\n") == 2
+    for key in (old, new):
+        assert nginx_map(text, f"Bearer {key}") == f"Bearer {engines}"
+    for wrong in (f"Bearer {engines}", f"Bearer {new.swapcase()}", f"Bearer {old}x", f"bearer {old}", old, ""):
+        assert nginx_map(text, wrong) == "", wrong
+    # One key alone (no rotation): clients send the engines' own key, sent on unchanged.
+    assert nginx_map(_host_files.frontdoor_key_map(old), f"Bearer {old}") == f"Bearer {old}"
 
 
 def test_the_site_listens_with_tls_checks_the_key_and_forwards_openai_routes_only():
     plan = build_plan(with_router())
     site = render_tree(plan)["edge/frontdoor/vllm-omni.conf"]
     assert "listen 10.0.0.5:8000 ssl;" in site
-    assert "include /etc/nginx/vllm-omni/api-keys.map;" in site and "$vllm_omni_authorized = 0" in site
+    assert "include /etc/nginx/vllm-omni/api-keys.map;" in site
+    assert 'if ($vllm_omni_upstream_authorization = "") { return 401' in site
+    # The engines get the key they check, whichever accepted key the client sent.
+    assert "proxy_set_header Authorization $vllm_omni_upstream_authorization;" in site.split("location /v1/", 1)[1]
     assert site.count("proxy_pass http://127.0.0.1:18000;") == 3  # /v1/, /health, /readiness
     assert "location / { return 404" in site
     assert "$http_authorization" not in site.split("log_format", 1)[1].split(";", 1)[0]  # the log never holds it
@@ -70,7 +104,8 @@ def test_plain_paths_only_reach_the_router():
 def test_without_a_required_key_there_is_no_key_map():
     plan = build_plan(with_router(vllm_omni_api_key_required=False))
     assert plan["router"]["frontdoor"]["api_keys"] is None
-    assert "api-keys.map" not in render_tree(plan)["edge/frontdoor/vllm-omni.conf"]
+    site = render_tree(plan)["edge/frontdoor/vllm-omni.conf"]
+    assert "api-keys.map" not in site and "proxy_set_header Authorization" not in site
     assert not any(f["path"].endswith("api-keys.map") for f in plan["footprint"]["edge"]["files"])
 
 

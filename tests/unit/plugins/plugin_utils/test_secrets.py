@@ -46,3 +46,45 @@ def test_tls_files_must_be_there_and_pem_of_their_kind(tmp_path):
         f"vllm_omni_tls_key_file names {tmp_path / 'missing.key'}, which is not a file on the controller",
     ]
     assert not any("secret-bytes" in p for p in problems)
+
+
+OLD, NEW = "old-key-0123456789abcdef", "new-key-0123456789abcdef"
+
+
+def test_a_key_set_for_a_rotation_passes_in_any_order_on_every_host():
+    sets = {"gpu-a": [OLD, NEW], "gpu-b": [NEW, OLD], "edge": [OLD, NEW]}
+    assert _secrets.key_set_problems(sets, required=True, frontdoor=True) == []
+    assert _secrets.key_set_problems({"gpu-a": None, "edge": []}, required=True, frontdoor=True) == []
+    assert _secrets.key_set_problems({"gpu-a": None}, required=False, frontdoor=False) == []
+
+
+def test_each_bad_key_set_says_why_and_where_without_a_value():
+    cases = {
+        "gpu-a (vllm_omni_api_keys is a str, not a list of keys": NEW,
+        "gpu-a (vllm_omni_api_keys[1] ends with a newline or space)": [OLD, NEW + "\n"],
+        "gpu-a (vllm_omni_api_keys[0] is shorter than 16 characters)": ["short-key", NEW],
+        "gpu-a (vllm_omni_api_keys[1] holds characters other than": [OLD, NEW + '"'],
+        "gpu-a (vllm_omni_api_keys[1] is a int, not a string)": [OLD, 12345678901234567],
+        "gpu-a (vllm_omni_api_keys[2] repeats an earlier key)": [OLD, NEW, OLD],
+        "gpu-a (vllm_omni_api_keys holds 17 keys; at most 16)": [f"{OLD}-{i:02}" for i in range(17)],
+        "gpu-a (vllm_omni_api_keys could not be read: KeyError": KeyError("vault_x"),
+    }
+    for why, keys in cases.items():
+        [problem] = _secrets.key_set_problems({"gpu-a": keys}, required=True, frontdoor=True)
+        assert problem.startswith(why), problem
+        assert OLD not in problem and NEW not in problem, problem
+
+
+def test_a_key_set_differs_between_hosts_or_lacks_what_checks_it():
+    [problem] = _secrets.key_set_problems({"gpu-a": [OLD, NEW], "edge": [OLD]}, required=True, frontdoor=True)
+    assert "different vllm_omni_api_keys (edge; gpu-a)" in problem and OLD not in problem
+    [problem] = _secrets.key_set_problems({"gpu-a": [OLD, NEW]}, required=False, frontdoor=True)
+    assert "vllm_omni_api_key_required is false" in problem
+    [problem] = _secrets.key_set_problems({"gpu-a": [OLD, NEW]}, required=True, frontdoor=False)
+    assert "needs the front door (vllm_omni_frontdoor_enabled)" in problem
+
+
+def test_a_key_of_the_set_that_reached_the_plan_is_found_by_its_position():
+    plan = {"served_model_name": NEW}
+    [problem] = _secrets.leaks(plan, {"vllm_omni_api_keys[1]": NEW})
+    assert problem.startswith("the value of vllm_omni_api_keys[1] appears in plan.served_model_name") and NEW not in problem

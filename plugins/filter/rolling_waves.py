@@ -8,7 +8,7 @@ name: rolling_waves
 short_description: Split serving pipelines that change into waves, a bounded number down at a time
 version_added: 0.1.0
 description:
-  - Deploy and upgrade restart pipelines that already serve in waves (roles/upgrade): each wave's pipelines leave the
+  - Deploy and upgrade restart pipelines that already serve in waves (roles/upgrade). Each wave's pipelines leave the
     routers, restart, are checked and come back before the next wave starts.
   - A wave holds at most the bound, C(max_unavailable) (a count or a share such as C(25%) of the serving pipelines,
     rounded down, at least 1), and never every serving pipeline. Pipelines are taken round-robin over the hosts.
@@ -40,7 +40,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(waves) (a list of host -> names), C(bound), C(pipelines) (how many restart) and C(notes).
+  description: C(waves) (a list of host to names), C(bound), C(pipelines) (how many restart) and C(notes).
   type: dict
 """
 

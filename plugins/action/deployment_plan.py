@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _discovery
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import summary_lines
@@ -14,17 +15,56 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import su
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("discovery_pending",))
+    _VALID_ARGS = frozenset(("discovery_pending", "discovery_cache", "run_hosts"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
+        args = self._task.args
         try:
-            pending = boolean(self._task.args.get("discovery_pending", False), strict=True)
-            plan = build_plan(inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"]), discovery_pending=pending)
+            pending = boolean(args.get("discovery_pending", False), strict=True)
+            use_cache = boolean(args.get("discovery_cache", False), strict=True)
+            run_hosts = args.get("run_hosts")
+            if run_hosts is not None and not isinstance(run_hosts, (list, tuple)):
+                raise TypeError(f"run_hosts must be a list of inventory host names, not {type(run_hosts).__name__}")
+        except (TypeError, ValueError) as error:
+            result.update(failed=True, msg=f"vllm_omni.serve.deployment_plan: {error}")
+            return result
+        limited = None if run_hosts is None else {str(h) for h in run_hosts}
+        try:
+            inventory = inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"])
+            directory = _discovery.cache_dir()
+            written = []
+            if use_cache and not self._task.check_mode and not pending:
+                # What this run discovered (the second pass, after facts.yml) is kept for later limited runs.
+                written = [host for host, variables in sorted(inventory["hostvars"].items())
+                           if (limited is None or host in limited) and _discovery.write(directory, host, variables)]
+            from_cache: list[str] = []
+            if use_cache and limited is not None:
+                hosts = inventory["hostvars"].keys() - limited
+                from_cache, problems = _discovery.fill_from_cache(
+                    inventory, limited, {host: _discovery.read(directory, host) for host in hosts})
+                if problems:
+                    raise PlanError(problems)
+            plan = build_plan(inventory, discovery_pending=pending)
+            if limited is not None:
+                problems = _discovery.limit_problems(plan, limited)
+                if problems:
+                    raise PlanError(problems)
         except PlanError as error:
             result.update(failed=True, msg=str(error))
             return result
-        result.update(changed=False, ansible_facts={"vllm_omni_plan": plan}, summary=summary_lines(plan),
-                      warnings_count=len(plan["warnings"]))
+        except OSError as error:  # the cache directory: say where, no traceback
+            result.update(failed=True, msg=f"controller (localhost): the discovery cache {_discovery.cache_dir()}: "
+                                           f"{error.strerror or error} -> make it writable, or point VLLM_OMNI_CACHE "
+                                           "at a writable directory")
+            return result
+        limit = {"limited": limited is not None}
+        if limited is not None:
+            engine_and_services = sorted(inventory["hostvars"])
+            limit.update(hosts=sorted(h for h in engine_and_services if h in limited),
+                         outside=sorted(h for h in engine_and_services if h not in limited),
+                         from_cache=from_cache, routers=_discovery.router_needs(plan, limited))
+        result.update(changed=False, ansible_facts={"vllm_omni_plan": plan, "vllm_omni_limit": limit},
+                      summary=summary_lines(plan), warnings_count=len(plan["warnings"]), discovery_cached=written)
         return result

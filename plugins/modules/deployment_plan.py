@@ -21,6 +21,22 @@ options:
         get no pipelines instead of an error; everything else is validated as usual.
     type: bool
     default: false
+  discovery_cache:
+    description:
+      - Keep what discovery found on the controller (C($VLLM_OMNI_CACHE/discovery/<host>.json), GPU and OS facts
+        only, written atomically, not in check mode) and plan the hosts outside O(run_hosts) from it.
+      - A host outside O(run_hosts) with neither a cached discovery nor C(vllm_omni_gpus) is a problem that names
+        the fix (run once without C(--limit), or add the host to it).
+    type: bool
+    default: false
+  run_hosts:
+    description:
+      - The hosts this run changes (those of C(--limit)); omitted when the run has no limit.
+      - A limit that changes some hosts of a pipeline spanning hosts and not the others is refused.
+      - The fact C(vllm_omni_limit) then says which hosts are outside, which were planned from the cache and
+        which router hosts outside the limit must already route to the limited hosts' pipelines.
+    type: list
+    elements: str
 attributes:
   check_mode:
     support: full
@@ -41,11 +57,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(vllm_omni_plan), the plan (see the P(vllm_omni.serve.plan#filter) filter for its keys).
+  description:
+    - C(vllm_omni_plan), the plan (see the P(vllm_omni.serve.plan#filter) filter for its keys); it is the same
+      whatever the limit.
+    - C(vllm_omni_limit), what O(run_hosts) leaves out (C(limited), C(hosts), C(outside), C(from_cache), C(routers)).
   type: dict
   returned: success
 summary:
   description: Human-readable lines, what you set versus what the collection computed.
+  type: list
+  elements: str
+  returned: success
+discovery_cached:
+  description: The hosts whose discovery was written to the controller's cache by this task.
   type: list
   elements: str
   returned: success
@@ -55,7 +79,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec={"discovery_pending": {"type": "bool", "default": False}},
+    module = AnsibleModule(argument_spec={"discovery_pending": {"type": "bool", "default": False},
+                                          "discovery_cache": {"type": "bool", "default": False},
+                                          "run_hosts": {"type": "list", "elements": "str"}},
                            supports_check_mode=True)
     module.fail_json(msg="vllm_omni.serve.deployment_plan runs on the controller through its action plugin; "
                          "call it from a play, not with ansible -m")

@@ -28,6 +28,8 @@ NOT_READ = "<not read: not a setting>"
 # Templated and passed on: every documented non-secret setting, discovery's facts, the address default.
 READ = frozenset(s.name for s in SETTINGS if s.scope != SECRET) | {"vllm_omni_gpu_facts", "vllm_omni_os_facts",
                                                                    "ansible_host"}
+# Facts the plan play sets on localhost (where everything reads them): never a misspelled setting.
+PLAY_FACTS = frozenset({"vllm_omni_limit"})
 
 
 def _looks_like_a_setting(name: str) -> bool:
@@ -69,7 +71,7 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
                 selected[name] = PRESENT
                 continue
             if name not in READ:
-                if _looks_like_a_setting(name) and name not in COMPUTED_FACTS:
+                if _looks_like_a_setting(name) and name not in COMPUTED_FACTS and name not in PLAY_FACTS:
                     selected[name] = NOT_READ
                 continue
             try:

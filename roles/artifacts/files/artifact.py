@@ -6,6 +6,8 @@
     artifact.py status DEST MANIFEST [...]     host: which artifacts are whole as last checked (no hashing)
     artifact.py check                          host: the bytes the pulls need and the free space for them
                                                (sizes from ARTIFACT_SIZES: nothing is copied to the host)
+    artifact.py estimate                       controller, --check: what each artifact of ARTIFACT_ESTIMATE
+                                               would take, read only (stat, no hashing, no download)
     artifact.py pull DEST MANIFEST URL [URL..] host: make DEST exactly the manifest, from the first URL that works
 
 Standard library only (controller: Ansible's Python; hosts: /usr/bin/python3). Why it is built so:
@@ -241,6 +243,49 @@ def status(pairs: list[tuple[Path, Path]]) -> dict:
     return {"whole": whole}
 
 
+def lock_pins(paths: list[str]) -> int:
+    """How many packages the locks pin (a lock pins each wheel's hashes, not its size)."""
+    pins = set()
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        pins.update(line.split()[0] for line in text.splitlines() if line and not line[0].isspace()
+                    and not line.startswith("#") and "==" in line.split()[0])
+    return len(pins)
+
+
+def estimate(artifacts: list[dict]) -> dict:
+    """--check on the controller: per artifact, whether its controller copy is there and its bytes, where
+    known without downloading anything. Read only: stat and the files already there, never a hash.
+
+    ``artifacts``: [{id, kind, dir, manifest, locks: [lock files]}] (kind wheels, or model from a directory;
+    a hub model is model_fetch.py --dry-run's)."""
+    found = {}
+    for artifact in artifacts:
+        root, manifest = Path(artifact["dir"]), load(Path(artifact["manifest"]))
+        present = walk(root) if root.is_dir() else {}
+        here = sum(path.stat().st_size for path in present.values())
+        if artifact["kind"] == "wheels":
+            pins = lock_pins(artifact.get("locks") or [])
+            if (root / ".complete").is_file():
+                entry = {"bytes": here, "files": len(present), "state": "filled on the controller"}
+            else:
+                entry = {"bytes": None, "files": pins,
+                         "state": f"not filled on the controller: would download {pins} locked wheel(s) from the "
+                                  "package index; bytes unknown (the locks pin hashes, not sizes)"
+                                  + (f"; {len(present)} file(s), {here} bytes, already there" if present else "")}
+        elif root.is_dir():
+            entry = {"bytes": here, "files": len(present), "state": f"read from {root}"}
+        else:
+            entry = {"bytes": None, "files": None, "state": f"{root} is not a directory on the controller"}
+        if manifest.get("files") and entry["bytes"] is None:
+            entry["manifest_bytes"] = manifest.get("bytes")
+        found[artifact["id"]] = entry
+    return {"artifacts": found}
+
+
 def main(argv: list[str]) -> int:
     full = "--full" in argv
     args = [a for a in argv if a != "--full"]
@@ -250,11 +295,13 @@ def main(argv: list[str]) -> int:
         result = status([(Path(args[i]), Path(args[i + 1])) for i in range(1, len(args), 2)])
     elif len(args) == 1 and args[0] == "check":
         result = check(json.loads(os.environ.get("ARTIFACT_SIZES", "[]")))
+    elif len(args) == 1 and args[0] == "estimate":
+        result = estimate(json.loads(os.environ.get("ARTIFACT_ESTIMATE", "[]")))
     elif len(args) >= 4 and args[0] == "pull":
         result = pull(Path(args[1]), Path(args[2]), args[3:], full)
     else:
         fail("usage: artifact.py manifest DIR ID OUT | status DEST MANIFEST [...] | check"
-             " | pull DEST MANIFEST URL [URL ...] [--full]")
+             " | estimate | pull DEST MANIFEST URL [URL ...] [--full]")
     print(json.dumps(result, sort_keys=True))
     return 0
 

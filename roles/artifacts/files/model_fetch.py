@@ -80,6 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--revision", required=True, help="branch, tag or commit")
     parser.add_argument("--out", required=True, help="directory that will hold exactly the revision's files")
     parser.add_argument("--endpoint", default=None, help="hub URL (default: $HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="download and write nothing: say what a fetch would bring (--check)")
     return parser.parse_args(argv)
 
 
@@ -353,6 +355,24 @@ def fetch(args: argparse.Namespace, out: Path, token: str | None) -> dict[str, A
     return result(args.repo, commit, len(files), total, True)
 
 
+def dry_run(args: argparse.Namespace, out: Path, token: str | None) -> dict[str, Any]:
+    """What ``fetch`` would do, downloading and writing nothing: a verified copy already there (its stamp),
+    else the revision's size from the hub's metadata (one request, no file), else bytes unknown and why."""
+    stamp = verified_stamp(out, args.repo, args.revision if COMMIT.fullmatch(args.revision) else "")
+    if stamp:
+        return {**result(args.repo, stamp["commit"], len(stamp["files"]),
+                         sum(f["size"] for f in stamp["files"].values()), False), "state": "verified on the controller"}
+    try:
+        commit, files = resolve(load_hub(), args, token)
+    except Exception as exc:  # the hub is not reachable from here, or huggingface_hub is missing: say so
+        reason = str(exc) if isinstance(exc, FetchError) else describe(exc, args, hub_error_classes())
+        return {"repo": args.repo, "commit": None, "files": None, "bytes": None, "fetched": False,
+                "state": f"would fetch {args.repo}@{args.revision} from the hub; bytes unknown ({reason})"}
+    total = sum(f.size for f in files)
+    return {**result(args.repo, commit, len(files), total, False),
+            "state": f"would fetch {args.repo}@{commit} from the hub ({len(files)} files, size from the hub's metadata)"}
+
+
 def checked_out(value: str) -> Path:
     """DIR, made absolute; a root or home directory is refused (files not in the revision are deleted)."""
     out = Path(value).expanduser().resolve()
@@ -368,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     token = os.environ.get("HF_TOKEN") or None
     try:
-        report = fetch(args, checked_out(args.out), token)
+        report = (dry_run if args.dry_run else fetch)(args, checked_out(args.out), token)
     except FetchError as exc:
         print(PREFIX + scrub(str(exc), token), file=sys.stderr)
         return 2

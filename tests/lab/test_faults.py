@@ -125,6 +125,17 @@ def test_a_deploy_under_load_rolls_every_changed_pipeline_within_the_bound(two_h
     again = playbook("deploy.yml", changed)
     assert {host: c["changed"] for host, c in recap(again.stdout).items() if host.startswith("lab-")} == \
         {"lab-1": 0, "lab-2": 0}
+    # The runbook's reads (docs/operations.md): status as one JSON document, each kind of unit's journal.
+    playbook("status.yml", changed, "-e", "status_json=true")
+    document = json.loads(max(REPORT.parent.glob("*/status.json"), key=lambda path: path.stat().st_mtime).read_text())
+    assert document["ok"] is True, document
+    assert sorted((p["host"], p["pipeline"], p["state"]) for p in document["pipelines"]) == [
+        ("lab-1", "omni0", "active/running"), ("lab-1", "omni1", "active/running"), ("lab-2", "omni0", "active/running")]
+    journals = {"pipeline": on("lab-1", "journalctl -a -u vllm-omni@omni0 -n 200 --no-pager"),
+                "router": on("lab-1", "journalctl -a -u vllm-omni-router -n 200 --no-pager"),
+                "front door": on("lab-1", "journalctl -a -u nginx -n 50 --no-pager")}
+    for what, journal in journals.items():
+        assert len(journal.splitlines()) > 1 and "blob data" not in journal, (what, journal[-2000:])
 
 
 def test_failed_upgrade_restores_the_pipeline_and_stops_the_rollout(two_hosts):

@@ -219,6 +219,8 @@ def test_mooncake_master_from_the_non_cuda_wheel_answers_health(one_host, tmp_pa
     assert "master_" in on(one_host, "curl -s http://10.77.0.11:9003/metrics")
     sockets = on(one_host, "ss -H -ltn")
     assert "10.77.0.11:50051" in sockets and "0.0.0.0:50051" not in sockets and ":8080" not in sockets
+    journal = on(one_host, "journalctl -a -u mooncake-master -n 50 --no-pager")  # docs/operations.md, Logs
+    assert len(journal.splitlines()) > 1 and "blob data" not in journal, journal[-2000:]
     playbook("uninstall.yml", inventory)
 
 

@@ -31,9 +31,11 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-# Two chains side by side on CI's 2 cores: the CPU-only checks (ansible-test, Galaxy's importer) run
-# in the background while conformance and the lab, which spend much of their time waiting on engines
-# and lab machines, stream their output; the checks' output follows at the end. Either failing fails.
+# Two chains side by side on CI's 2 cores: the checks that need no lab (ansible-test, Galaxy's
+# importer, conformance with the real engines) run in the background while molecule and the lab,
+# which spend much of their time waiting on lab machines, stream their output; the checks' output
+# follows at the end. Either failing fails. (Only one lab can exist at a time: the lab chain is the
+# long one, so everything else goes beside it.)
 # (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
 # reaches the summary line instead of ending the recipe at the status file it never wrote.)
 test: tools lint
@@ -41,14 +43,14 @@ test: tools lint
 	( checks_rc=0; $(MAKE) --no-print-directory -k test-checks > "$$checks_log" 2>&1 || checks_rc=$$?; \
 	  echo "$$checks_rc" > "$$checks_log.rc" ) & \
 	lab_status=0; $(MAKE) --no-print-directory test-lab || lab_status=$$?; wait; \
-	echo "== sanity, units, galaxy (ran beside the lab):"; cat "$$checks_log"; \
+	echo "== sanity, units, galaxy, conformance (ran beside the lab):"; cat "$$checks_log"; \
 	checks_status=$$(cat "$$checks_log.rc"); rm -f "$$checks_log" "$$checks_log.rc"; \
-	echo "== conformance, molecule, lab: exit $$lab_status; sanity, units, galaxy: exit $$checks_status"; \
+	echo "== molecule, lab: exit $$lab_status; sanity, units, galaxy, conformance: exit $$checks_status"; \
 	[ "$$lab_status" -eq 0 ] && [ "$$checks_status" -eq 0 ]
 
-test-checks: sanity units galaxy
+test-checks: sanity units galaxy conformance
 
-test-lab: conformance molecule lab-test
+test-lab: molecule lab-test
 
 lint: tools
 	ruff check .

@@ -242,3 +242,75 @@ def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
     lab("up", "--hosts", "2")  # boots lab-2 again, its disk as it was
     playbook("deploy.yml", changed)
     assert env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="3"'
+
+
+NEW_KEY_FILE = Path("/tmp/vllm-omni-faults-new.key")
+
+
+class KeyLoad(Load):
+    """Load sent with another key file (the client that has moved to the new key)."""
+
+    def __init__(self, key_file: Path, concurrency: int = 4, max_seconds: int = 900):
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), ROUTER, "--requests", "100000",
+             "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--key-file", str(key_file),
+             "--ca-file", str(CA_FILE), "--json"], stdout=subprocess.PIPE, text=True)
+        time.sleep(2)
+
+
+def door_status(key: str) -> str:
+    """The front door's answer to GET /v1/models with this key (from the controller, as a client)."""
+    return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(CA_FILE),
+                           "-H", f"Authorization: Bearer {key}", f"{ROUTER}/v1/models"],
+                          capture_output=True, text=True, check=False).stdout
+
+
+def served_certificate() -> str:
+    import ssl
+
+    return ssl.get_server_certificate(("10.77.0.11", 8000))
+
+
+def test_api_key_rotation_and_certificate_renewal_under_load_drop_no_request(two_hosts):
+    """Keys: {old, new} at the front door, clients move to new, old dropped (401); then a forced certificate
+    renewal. Every step is deploy.yml under load; nginx reloads, no pipeline and not nginx itself restarts."""
+    old, new = "faults-test-key-0123456789abcdef", "rotated-key-fedcba9876543210-xyz"
+    NEW_KEY_FILE.write_text(new + "\n")
+    mark = env_mark("lab-1", "omni0").partition("=")[2].strip('"')  # what the earlier tests left, if any
+    same = {"vllm_omni_extra_env": {"ROLLOUT_MARK": mark}} if mark else {}
+    pipelines = {(h, p): started_at(h, f"vllm-omni@{p}") for h, p in (("lab-1", "omni0"), ("lab-1", "omni1"),
+                                                                     ("lab-2", "omni0"))}
+    nginx = on("lab-1", "systemctl show -p MainPID --value nginx").strip()
+    certificate = served_certificate()
+    timings = {}
+
+    # 1. The set {old, new}: the clients holding the old key keep working through the deploy.
+    old_clients = Load(max_seconds=900)
+    started = time.monotonic()
+    playbook("deploy.yml", two_hosts(**same, vllm_omni_api_keys=[old, new]))
+    timings["both_keys"] = round(time.monotonic() - started, 1)
+    assert door_status(new) == "200" and door_status(old) == "200"
+    # 2. The clients switch to the new key; 3. the old key is dropped while they send.
+    new_clients = KeyLoad(NEW_KEY_FILE)
+    old_report = old_clients.report()
+    started = time.monotonic()
+    playbook("deploy.yml", two_hosts(**same, vllm_omni_api_keys=[new]))
+    timings["old_key_dropped"] = round(time.monotonic() - started, 1)
+    assert door_status(old) == "401" and door_status(new) == "200"
+    # 4. A forced renewal of the generated certificate, the same clients still sending.
+    started = time.monotonic()
+    result = playbook("deploy.yml", two_hosts(**same, vllm_omni_api_keys=[new]), "-e", "frontdoor_certificate_renew=true")
+    timings["certificate_renewed"] = round(time.monotonic() - started, 1)
+    new_report = new_clients.report()
+    record("key_rotation", seconds=timings, old_key_load=old_report, new_key_load=new_report)
+    assert old_report["failed"] == 0 and old_report["ok"] > 20, old_report
+    assert new_report["failed"] == 0 and new_report["ok"] > 20, new_report
+    assert "RUNNING HANDLER [vllm_omni.serve.frontdoor : Front door | reload nginx]" in result.stdout
+    assert served_certificate() != certificate  # nginx serves the new one
+    # Only nginx reloaded: the same master process, every pipeline as it was.
+    assert on("lab-1", "systemctl show -p MainPID --value nginx").strip() == nginx
+    for (host, pipeline), when in pipelines.items():
+        assert started_at(host, f"vllm-omni@{pipeline}") == when, f"{host}/{pipeline} was restarted"
+    # status.yml: the router's certificate, days left.
+    status = playbook("status.yml", two_hosts(**same, vllm_omni_api_keys=[new]))
+    assert "certificate expires" in status.stdout and "(824 days left)" in status.stdout, status.stdout[-3000:]

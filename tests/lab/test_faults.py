@@ -314,3 +314,77 @@ def test_api_key_rotation_and_certificate_renewal_under_load_drop_no_request(two
     # status.yml: the router's certificate, days left.
     status = playbook("status.yml", two_hosts(**same, vllm_omni_api_keys=[new]))
     assert "certificate expires" in status.stdout and "(824 days left)" in status.stdout, status.stdout[-3000:]
+
+
+# --- --limit and --check (issue 24). At the end of the module: each starts from one full deploy of its own. ---
+
+LIMIT_BASE = {"vllm_omni_extra_env": {"ROLLOUT_MARK": "1"}}
+# What a deploy installs on an engine host: configs, units, drop-ins, the footprint record (venvs: by their lock).
+FILES = ("find /etc/vllm-omni /etc/systemd/system /var/lib/vllm-omni -xdev -type f "
+         "\\( -path '*vllm-omni*' -o -path '*mooncake*' -o -path '*nginx*' \\) -print0 2>/dev/null "
+         "| sort -z | xargs -0 sha256sum")
+
+
+def host_state(host: str) -> dict:
+    """Every file a deploy manages there (by hash) and the main PID of every unit of ours."""
+    units = on(host, "systemctl list-units --all --plain --no-legend 'vllm-omni*' 'mooncake*' nginx.service "
+                     "| awk '{print $1}'").split()
+    return {"files": on(host, FILES), "pids": {u: on(host, f"systemctl show -p MainPID --value {u}").strip()
+                                               for u in sorted(units)}}
+
+
+def test_a_deploy_limited_to_one_host_changes_that_host_only(two_hosts):
+    base = two_hosts(**LIMIT_BASE)
+    playbook("deploy.yml", base)  # a known starting point (and the discovery of both hosts kept on the controller)
+    # lab-2 drifts: its pipeline is stopped and its environment file edited.
+    on("lab-2", "systemctl stop vllm-omni@omni0 && echo DRIFT=1 >> /etc/vllm-omni/omni0/engine.env")
+    lab1 = host_state("lab-1")
+    started = time.monotonic()
+    result = playbook("deploy.yml", base, "--limit", "lab-2")
+    seconds = round(time.monotonic() - started, 1)
+    record("limit_one_host", seconds=seconds)
+    assert set(recap(result.stdout)) == {"lab-2"}, result.stdout[-3000:]
+    assert host_state("lab-1") == lab1, "a deploy limited to lab-2 changed lab-1"
+    assert "DRIFT" not in on("lab-2", "cat /etc/vllm-omni/omni0/engine.env")
+    assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() == "active"
+    assert "planned from their last discovery" in result.stdout or "leaves lab-1 as they are" in result.stdout
+    # lab-2 converged: the same limit again changes nothing.
+    again = playbook("deploy.yml", base, "--limit", "lab-2")
+    assert recap(again.stdout)["lab-2"]["changed"] == 0, again.stdout[-3000:]
+
+
+def test_a_limit_leaving_out_the_router_of_a_new_pipeline_is_refused_and_changes_nothing(two_hosts, tmp_path):
+    two_hosts(**LIMIT_BASE)  # the deployed state of the previous test
+    # lab-2 gets room for a second pipeline, which the router on lab-1 does not route to yet.
+    wider = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))},
+                                                        "lab-2": {"vllm_omni_gpus": list(range(6))}}},
+                                "vllm_omni_router": {"hosts": {"lab-1": None}}},
+                     {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
+                      "vllm_omni_api_key": KEY_FILE.read_text().strip(), **LIMIT_BASE})
+    before = {host: host_state(host) for host in ("lab-1", "lab-2")}
+    result = playbook("deploy.yml", wider, "--limit", "lab-2", check=False)
+    assert result.returncode != 0
+    assert result.stdout.count("fatal: [") == 1, result.stdout[-3000:]
+    line = " ".join(result.stdout.split("fatal: [")[-1].split())
+    assert "--limit lab-2 leaves out router host lab-1, which does not route to http://10.77.0.12:8092 yet: " \
+           "add lab-1 to --limit (nothing has been changed)" in line, line
+    assert {host: host_state(host) for host in before} == before
+
+
+def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(two_hosts, tmp_path):
+    base = two_hosts(**LIMIT_BASE)
+    before = {host: host_state(host) for host in ("lab-1", "lab-2")}
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "VLLM_OMNI_CACHE": str(cache)}
+    result = subprocess.run(["ansible-playbook", "playbooks/deploy.yml", "-i", str(LAB_INVENTORY), "-i", str(base),
+                             "--check", "--diff"], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    out = " ".join(result.stdout.split())
+    assert "--check: nothing was downloaded or written on the controller or the hosts; a deploy would:" in out, out[-4000:]
+    assert "not filled on the controller: would download" in out and "bytes unknown" in out, out[-4000:]
+    # Nothing of the artifacts or the discovery cache on the controller (the front door's CA: see the report).
+    written = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
+    assert not [p for p in written if p.split("/")[0] in ("wheelhouse", "models", "artifacts", "discovery")], written
+    record("check_empty_cache", controller_written=written)
+    assert {host: host_state(host) for host in before} == before

@@ -23,16 +23,21 @@ class ActionModule(ActionBase):
         if not isinstance(dest, str) or not isinstance(documents, dict):
             raise AnsibleActionFail("report_files takes dest (a directory) and documents (name -> data)")
         directory = Path(dest).expanduser()
+        # --check writes nothing anywhere, the controller included: the reports are then only named.
+        check = bool(self._task.check_mode)
         written = []
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            if not check:
+                directory.mkdir(parents=True, exist_ok=True)
             for name, document in sorted(plain(documents).items()):
                 if "/" in name or name.startswith("."):
                     raise AnsibleActionFail(f"report_files: {name!r} is not a plain file name")
                 path = directory / f"{name}.json"
-                path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+                if not check:
+                    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
                 written.append(str(path))
         except OSError as error:
             raise AnsibleActionFail(f"report_files: {error}") from None
-        result.update(changed=False, files=written)  # reports on the controller, not a managed change
+        # Reports on the controller, not a managed change.
+        result.update(changed=False, files=written, written=not check)
         return result

@@ -24,7 +24,8 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Writes the reports in check mode too; they describe, they do not change hosts.
+    description: Writes nothing in check mode (C(--check) changes nothing, the controller included); returns the paths
+      it would write.
   diff_mode:
     support: none
     description: Shows no diff.
@@ -42,9 +43,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: Paths written.
+  description: Paths written (in check mode, the paths that would be written).
   type: list
   elements: str
+  returned: always
+written:
+  description: Whether the files were written (false in check mode).
+  type: bool
   returned: always
 """
 

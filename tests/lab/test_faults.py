@@ -353,7 +353,8 @@ def test_a_deploy_limited_to_one_host_changes_that_host_only(two_hosts):
     assert recap(again.stdout)["lab-2"]["changed"] == 0, again.stdout[-3000:]
 
 
-def test_a_limit_leaving_out_the_router_of_a_new_pipeline_is_refused_and_changes_nothing(two_hosts, tmp_path):
+def test_a_limit_leaving_out_the_router_of_a_new_pipeline_is_refused_then_the_pipeline_and_router_deploy(
+        two_hosts, tmp_path):
     two_hosts(**LIMIT_BASE)  # the deployed state of the previous test
     # lab-2 gets room for a second pipeline, which the router on lab-1 does not route to yet.
     wider = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))},
@@ -369,6 +370,12 @@ def test_a_limit_leaving_out_the_router_of_a_new_pipeline_is_refused_and_changes
     assert "--limit lab-2 leaves out router host lab-1, which does not route to http://10.77.0.12:8092 yet: " \
            "add lab-1 to --limit (nothing has been changed)" in line, line
     assert {host: host_state(host) for host in before} == before
+    # As told: the new pipeline's host and the router. lab-1's pipelines go on as they were.
+    lab1_pipelines = {u: pid for u, pid in before["lab-1"]["pids"].items() if u.startswith("vllm-omni@")}
+    playbook("deploy.yml", wider, "--limit", "lab-2,lab-1")
+    assert {u: pid for u, pid in host_state("lab-1")["pids"].items() if u.startswith("vllm-omni@")} == lab1_pipelines
+    assert "http://10.77.0.12:8092" in json.loads(on("lab-1", f"curl -s {ROUTER_ADMIN}/list_workers"))["urls"]
+    assert on("lab-2", "systemctl is-active vllm-omni@omni1").strip() == "active"
 
 
 def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(two_hosts, tmp_path):
@@ -383,8 +390,9 @@ def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(tw
     out = " ".join(result.stdout.split())
     assert "--check: nothing was downloaded or written on the controller or the hosts; a deploy would:" in out, out[-4000:]
     assert "not filled on the controller: would download" in out and "bytes unknown" in out, out[-4000:]
-    # Nothing of the artifacts or the discovery cache on the controller (the front door's CA: see the report).
+    assert "a deploy would make the CA and issue this router's certificate" in out, out[-4000:]
+    # Nothing at all on the controller: no wheel set, model, manifest, discovery, report, CA or certificate.
     written = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
-    assert not [p for p in written if p.split("/")[0] in ("wheelhouse", "models", "artifacts", "discovery")], written
     record("check_empty_cache", controller_written=written)
+    assert written == [], written
     assert {host: host_state(host) for host in before} == before

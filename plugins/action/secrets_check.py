@@ -1,25 +1,34 @@
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""Action: the secrets checked on the controller (plugin_utils/_secrets.py); the result never holds one."""
+"""Action: what deploy checks on the controller before any host changes (plugin_utils/_secrets.py): the secrets,
+the operator's TLS material and a controller model directory. The result never holds a secret."""
 
 from __future__ import annotations
-
-from typing import ClassVar
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts, _secrets
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
 
 SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
+# The fix of each kind of problem: the setting that resolves it.
+KEY_FIX = ("keep secrets in Ansible Vault and refer to them only from vllm_omni_api_key(s) / vllm_omni_hf_token "
+           "(docs/security.md)")
+HF_FIX = ("set vllm_omni_hf_token once for the deployment (group_vars), in Ansible Vault and without a trailing "
+          "newline: ansible-vault encrypt_string -n vllm_omni_hf_token 'hf_...'")
+TLS_FIX = ("put the right PEM files at vllm_omni_tls_cert_file / vllm_omni_tls_key_file (/ vllm_omni_tls_ca_file): "
+           "a certificate valid now whose key is vllm_omni_tls_key_file and whose IP subjectAltNames list every "
+           "router host's vllm_omni_ip; or unset both and let the collection make them")
+MODEL_FIX = ("point vllm_omni_model_directory at the model's own directory (config.json, *.safetensors, tokenizer: "
+             "a `hf download --local-dir` result)")
+TLS_SETTINGS = {"cert_file": "vllm_omni_tls_cert_file", "key_file": "vllm_omni_tls_key_file",
+                "ca_file": "vllm_omni_tls_ca_file"}
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "required", "plan"))
-    TLS_SETTINGS: ClassVar[dict[str, str]] = {"cert_file": "vllm_omni_tls_cert_file",
-                                              "key_file": "vllm_omni_tls_key_file", "ca_file": "vllm_omni_tls_ca_file"}
+    _VALID_ARGS = frozenset(("hosts", "required", "plan", "engine_hosts"))
 
     def _read(self, hostvars, host: str, name: str):
         try:
@@ -32,32 +41,64 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         hostvars = (task_vars or {})["hostvars"]
         hosts = [str(h) for h in self._task.args.get("hosts") or []]
+        engine_hosts = [str(h) for h in self._task.args.get("engine_hosts") or hosts]
         required = boolean(self._task.args.get("required", True), strict=True)
-        keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
-        problems = _secrets.key_problems(keys, required)
         plan = self._task.args.get("plan")
+        plan = plain(plan) if isinstance(plan, dict) else None
+        found: list[tuple[str, str]] = []  # (problem, fix)
+        warnings: list[str] = []
+        keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
+        found += [(p, KEY_FIX) for p in _secrets.key_problems(keys, required)]
         # The keys clients may send to the front door during a rotation (and every key in them).
         key_sets = {host: self._read(hostvars, host, "vllm_omni_api_keys") for host in hosts}
-        frontdoor = bool((((plan or {}).get("router") or {}).get("frontdoor") or {}).get("enabled", True)) \
-            if isinstance(plan, dict) else True
-        problems += _secrets.key_set_problems(key_sets, required, frontdoor)
-        if isinstance(plan, dict):
-            found = {}
+        frontdoor = bool(((plan or {}).get("router") or {}).get("frontdoor", {}).get("enabled", True))
+        found += [(p, KEY_FIX) for p in _secrets.key_set_problems(key_sets, required, frontdoor)]
+        # Every other secret: one value for the engine hosts (the only hosts that read one), well formed.
+        for name in _secrets.SECRET_FORMATS:
+            values = {host: self._read(hostvars, host, name) for host in engine_hosts}
+            found += [(p, HF_FIX.replace("vllm_omni_hf_token", name)) for p in _secrets.secret_problems(name, values)]
+        if plan is not None:
+            values = {}
             for host in hosts:
                 for name in SECRET_VARIABLES:
                     value = self._read(hostvars, host, name)
                     if isinstance(value, str):
-                        found[name] = value
+                        values[name] = value
                 if isinstance(key_sets[host], list):
-                    found.update({f"vllm_omni_api_keys[{index}]": value for index, value in enumerate(key_sets[host])
-                                  if isinstance(value, str)})
-            problems += _secrets.leaks(plain(plan), found)
+                    values.update({f"vllm_omni_api_keys[{index}]": value for index, value in enumerate(key_sets[host])
+                                   if isinstance(value, str)})
+            found += [(p, KEY_FIX) for p in _secrets.leaks(plan, values)]
             tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
-            if tls.get("source") == "provided":
-                problems += _secrets.tls_file_problems(
-                    {setting: tls.get(field) for field, setting in self.TLS_SETTINGS.items()})
-        result.update(changed=False, problems=problems)
-        if problems:
-            result.update(failed=True, msg="; ".join(problems) + " -> keep secrets in Ansible Vault and refer to "
-                          "them only from vllm_omni_api_key(s) / engine_hf_token (docs/security.md)")
+            if tls.get("source") == "provided" and plan["router"]["frontdoor"].get("enabled", True):
+                files = _secrets.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
+                found += [(p, TLS_FIX) for p in files]
+                if not files:
+                    addresses = {host: entry["ip"] for host, entry in plan["router"]["per_host"].items()}
+                    problems, tls_warnings = _secrets.tls_material_problems(
+                        tls["cert_file"], tls["key_file"], tls.get("ca_file"), addresses)
+                    found += [(p, TLS_FIX) for p in problems]
+                    warnings += tls_warnings
+            for item in (plan.get("artifacts") or {}).get("items", []):
+                source = item.get("source") or {}
+                if item.get("kind") == "model" and source.get("kind") == "directory" and source.get("directory"):
+                    found += [(p, MODEL_FIX) for p in _artifacts.model_directory_problems(
+                        source["directory"], weights_needed=not _dummy_weights(plan))]
+        for warning in warnings:
+            self._display.warning(warning)
+        result.update(changed=False, problems=[p for p, _fix in found], tls_warnings=warnings)
+        if found:
+            parts, fixes = [], []
+            for problem, fix in found:
+                if fixes and fixes[-1] == fix:
+                    parts[-1].append(problem)
+                else:
+                    parts.append([problem])
+                    fixes.append(fix)
+            result.update(failed=True, msg="; ".join(f"{'; '.join(ps)} -> {fix}" for ps, fix in zip(parts, fixes, strict=True)))
         return result
+
+
+def _dummy_weights(plan: dict) -> bool:
+    """A stage override loads random weights (load_format: dummy): the directory needs no weights then."""
+    overrides = ((plan.get("settings") or {}).get("vllm_omni_stage_engine_args") or {}).get("value") or {}
+    return any(isinstance(args, dict) and args.get("load_format") == "dummy" for args in overrides.values())

@@ -16,8 +16,14 @@ description:
   - Also C(vllm_omni_api_keys), the keys clients may send to the front door during a key rotation, a list of at most
     16 such tokens, none twice, the same set on every host, only with a required key and the front door (the plan's
     C(router.frontdoor.enabled)).
+  - Every other secret (C(vllm_omni_hf_token), C(engine_hf_token)) of the engine hosts the same way, with its own
+    format, and one value for the deployment (set on every engine host or on none, the same everywhere).
   - With the operator's own front door certificate (C(vllm_omni_tls_cert_file)), also that the certificate, key and
-    CA files named in the plan are on the controller, readable, and PEM of the right kind.
+    CA files named in the plan are on the controller, readable, and PEM of the right kind; that the key is the
+    certificate's, the certificate names every router host's address as an IP subjectAltName, is valid now (one that
+    expires within 30 days is warned about) and was issued by C(vllm_omni_tls_ca_file) when that is set.
+  - With a controller model directory (C(vllm_omni_model_source=directory)), that it holds a model (C(config.json)
+    and weights) and no link out of it other than into a Hugging Face cache.
   - Every problem names hosts and places in the plan, never a value; the result holds no secret.
   - Runs as an action on the controller; there is no module code for hosts.
 options:
@@ -26,6 +32,10 @@ options:
     type: list
     elements: str
     required: true
+  engine_hosts:
+    description: The engine hosts, whose other secrets (the HF token) to check; default O(hosts).
+    type: list
+    elements: str
   required:
     description: The API key must be set (C(vllm_omni_api_key_required)).
     type: bool
@@ -56,6 +66,11 @@ EXAMPLES = r"""
 RETURN = r"""
 problems:
   description: One line per problem (hosts and plan places; never a value).
+  returned: always
+  type: list
+  elements: str
+tls_warnings:
+  description: What is legal but soon a problem (a certificate that expires within 30 days); also shown as warnings.
   returned: always
   type: list
   elements: str

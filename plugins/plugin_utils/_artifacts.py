@@ -243,3 +243,58 @@ def host_slice(section: dict, host: str) -> dict:
     return {**{key: value for key, value in section.items() if key not in ("items", "per_host", "controller_children")},
             "items": [{k: v for k, v in item.items() if k != "hosts"} for item in section["items"] if item["id"] in mine],
             "per_host": {host: entry} if entry else {}, "controller_children": {}}
+
+
+# What a model directory on the controller must hold to be one (a `hf download --local-dir` result).
+MODEL_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+MODEL_DIR_MAX_FILES = 100_000  # a model is a few hundred files; more is the wrong directory
+
+
+def model_directory_problems(directory: str, weights_needed: bool = True) -> list[str]:
+    """``vllm_omni_model_directory`` on the controller: a directory holding config.json (a JSON object) and weights,
+    whose links stay inside it or point into a Hugging Face cache's blobs (what `hf download` leaves). Read before
+    anything is sent; never follows a link out to walk it."""
+    import json
+    import os
+    from pathlib import Path
+
+    name = "vllm_omni_model_directory"
+    root = Path(directory)
+    if root.is_symlink() or not root.is_dir():
+        return [f"{name} ({directory}) is not a directory on the controller"
+                + (" (it is a symbolic link: name the directory itself)" if root.is_symlink() else "")]
+    problems: list[str] = []
+    config = root / "config.json"
+    try:
+        loaded = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else None
+    except (OSError, ValueError):
+        loaded = None
+        problems.append(f"{name} ({directory}) holds a config.json that is not readable JSON")
+    if loaded is None and not problems:
+        problems.append(f"{name} ({directory}) holds no config.json, so it is not a model directory")
+    elif loaded is not None and not isinstance(loaded, dict):
+        problems.append(f"{name} ({directory}) holds a config.json that is not a JSON object")
+    weights, count, outside = False, 0, []
+    real_root = os.path.realpath(root)
+    for current, dirs, files in os.walk(root, followlinks=False):
+        for entry in dirs + files:
+            count += 1
+            path = os.path.join(current, entry)
+            if entry.endswith(MODEL_WEIGHTS) or entry.endswith(".safetensors.index.json"):
+                weights = True
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                inside_root = target == real_root or target.startswith(real_root + os.sep)
+                in_hf_cache = re.search(r"/models--[^/]+/blobs/[^/]+$", target) is not None
+                if not (inside_root or in_hf_cache):
+                    outside.append(os.path.relpath(path, root))
+        if count > MODEL_DIR_MAX_FILES:
+            problems.append(f"{name} ({directory}) holds more than {MODEL_DIR_MAX_FILES} files: not a model directory")
+            return problems
+    if weights_needed and not weights:
+        problems.append(f"{name} ({directory}) holds no weights (*.safetensors, *.bin, ...)")
+    if outside:
+        problems.append(f"{name} ({directory}) holds links out of it ({', '.join(sorted(outside)[:3])}"
+                        f"{' ...' if len(outside) > 3 else ''}): every file is sent to every engine host, so a link "
+                        "may point only inside the directory or into a Hugging Face cache's blobs")
+    return problems

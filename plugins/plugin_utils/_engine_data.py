@@ -2,7 +2,8 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
 # PRIVATE to the collection: may change or disappear in any release.
-"""The support table (``data/support.yml``) and per-version engine data (``data/engines/``).
+"""The support table (``data/support.yml``), per-version engine data (``data/engines/``) and the engine's
+own rules for the overrides the collection passes through (``data/engine_rules.yml``).
 
 Both ship inside the collection, so the planner works the same from a checkout and from an
 installed collection. The files are read once per process.
@@ -75,6 +76,24 @@ def support_table() -> dict[str, EngineVersion]:
             pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
         )
     return rows
+
+
+@functools.cache
+def engine_rules(version: str) -> dict[str, Any]:
+    """The engine's rules for overrides of ``version`` ({sampling, engine_args, cross, model_max_len}); {} if none.
+
+    A version may ``inherit`` another's rules (the same validators in vLLM) and add or replace its own."""
+    table = _load_yaml(DATA_DIR / "engine_rules.yml")["versions"]
+    seen: list[str] = []
+    rules: dict[str, Any] = {}
+    while version in table and version not in seen:
+        seen.append(version)
+        version = table[version].get("inherit", "")
+    for name in reversed(seen):
+        for section, values in table[name].items():
+            if section != "inherit":
+                rules[section] = {**rules.get(section, {}), **values}
+    return rules
 
 
 def supported_versions() -> list[str]:

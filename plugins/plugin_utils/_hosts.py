@@ -306,15 +306,15 @@ def _pipeline_count(host: str, found: HostGpus, wanted: int | str, deployment: D
         plural = "s" if len(gpus) != 1 else ""
         if found.source == "discovered":
             busy = "; ".join(f"GPU {g} busy: {why}" for g, why in found.skipped.items())
-            problems.add(host_where(host), "GPUs",
+            problems.add(host_where(host), deployment.replicas_culprit or "GPUs",
                          f"discovery found {len(gpus)} free GPU{plural} {show(gpus)}{f' ({busy})' if busy else ''}, "
                          f"but one {layout} pipeline needs {per_pipeline} ({formula})",
-                         "free the busy GPUs, use a host with more GPUs, or lower vllm_omni_tensor_parallel_size")
+                         f"free the busy GPUs, use a host with more GPUs, or {deployment.fewer_gpus}")
         else:
-            problems.add(host_where(host), "vllm_omni_gpus",
+            problems.add(host_where(host), deployment.replicas_culprit or "vllm_omni_gpus",
                          f"lists {len(gpus)} GPU{plural} {show(gpus)}, but one {layout} pipeline "
                          f"needs {per_pipeline} ({formula})",
-                         f"give the host at least {per_pipeline} GPUs, or lower vllm_omni_tensor_parallel_size")
+                         f"give the host at least {per_pipeline} GPUs, or {deployment.fewer_gpus}")
         return None
     count = fits if wanted == "auto" else wanted
     if count > fits:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._planner import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, PlanError, Problem
+from ._problems import merge_hosts
 from ._settings import COMPUTED_FACTS, SECRET, SETTINGS
 
 # Secrets are never templated here (no vault password needed to plan or render): only their presence.
@@ -55,6 +56,59 @@ def plain(value: Any) -> Any:
     return value
 
 
+# Secrets whose value must not reach any setting the planner reads (it would land in argv, the plan and the render).
+SEARCHED_SECRETS = (*sorted(SECRET_NAMES), "engine_hf_token")
+MIN_SEARCHED = 8  # shorter values would match ordinary text by chance
+
+
+def _secret_values(host_vars: Any) -> dict[str, str]:
+    """Each secret of a host that can be read without a vault password: name (or name[i]) -> value.
+
+    A secret that cannot be read here (a vault without its password, an undefined indirection) is skipped:
+    planning and rendering never need the vault; deploy checks it again with the vault open (secrets_check)."""
+    found: dict[str, str] = {}
+    for name in SEARCHED_SECRETS:
+        if name not in host_vars:
+            continue
+        try:
+            value = plain(host_vars[name])
+        except Exception:  # noqa: S112 - never a reason to stop planning; never shown
+            continue
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if isinstance(item, str) and len(item.strip()) >= MIN_SEARCHED:
+                found[f"{name}[{index}]" if isinstance(value, list) else name] = item.strip()
+    return found
+
+
+def _holds(value: Any, needle: str) -> bool:
+    if isinstance(value, str):
+        return needle in value
+    if isinstance(value, dict):
+        return any(_holds(k, needle) or _holds(v, needle) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds(item, needle) for item in value)
+    return False
+
+
+def _secret_in_settings(host: str, host_vars: Any, selected: dict) -> list[Problem]:
+    """A setting whose value holds a secret's (Jinja that reads the secret, or the same text pasted): refused
+    by name and setting, never by value, before the plan (argv, plan.json, the render, -v output) can hold it."""
+    secrets = _secret_values(host_vars) if any(name in host_vars for name in SEARCHED_SECRETS) else {}
+    problems = []
+    for setting, value in sorted(selected.items()):
+        if value in (PRESENT, NOT_READ) or setting in SECRET_NAMES:
+            continue
+        for secret, text in sorted(secrets.items()):
+            if _holds(value, text):
+                problems.append(Problem(f"host {host}", setting, f"holds the value of {secret}, a secret: it would "
+                                        "reach argv, plan.json, the render directory and the plan's output",
+                                        f"give {setting} a value of its own (no Jinja that reads {secret.split('[')[0]}"
+                                        f"); keep the secret in {secret.split('[')[0]} only"))
+                break
+    return problems
+
+
 def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
     engine_hosts = [str(h) for h in (groups.get(ENGINE_GROUP) or [])]
     router_hosts = [str(h) for h in (groups.get(ROUTER_GROUP) or [])]
@@ -79,8 +133,9 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
             except Exception as error:  # templating errors of any kind: report, never a traceback
                 problems.append(Problem(f"host {host}", str(name), f"could not be evaluated: {error}",
                                         "fix the Jinja expression or the variable it refers to"))
+        problems.extend(_secret_in_settings(host, host_vars, selected))
         variables[host] = selected
     if problems:
-        raise PlanError(problems)
+        raise PlanError(merge_hosts(problems))
     return {"engine_hosts": engine_hosts, "router_hosts": router_hosts, "master_hosts": master_hosts,
             "monitoring_hosts": monitoring_hosts, "hostvars": variables}

@@ -106,6 +106,29 @@ class Deployment:
         return thinkers * self.tp + (1 if self.audio else 0)
 
     @cached_property
+    def fewer_gpus(self) -> str:
+        """The settings that really make a pipeline need fewer GPUs, for a fix (never one already at its floor)."""
+        ways = []
+        if self.tp > 1:
+            ways.append("lower vllm_omni_tensor_parallel_size")
+        if self.replicated:
+            ways.append("lower vllm_omni_prefill_replicas / vllm_omni_decode_replicas")
+        if self.audio and not self.share:
+            ways.append("set vllm_omni_audio_output: false (text out, one GPU less)")
+        if not self.share and not self.replicated:
+            ways.append("set vllm_omni_share_gpus: true (every stage on one GPU group)")
+        return ", ".join(ways) if ways else "use a host with more GPUs"
+
+    @cached_property
+    def replicas_culprit(self) -> str | None:
+        """The replica settings, named as the variable when they are what makes a pipeline too big."""
+        if not self.replicated:
+            return None
+        asked = [name for name, count in (("vllm_omni_prefill_replicas", self.replicas["prefill"]),
+                                          ("vllm_omni_decode_replicas", self.replicas["decode"])) if count > 1]
+        return " / ".join(asked)
+
+    @cached_property
     def gpu_formula(self) -> str:
         """``gpus_per_pipeline`` in words, for the problems that quote it."""
         if self.share:

@@ -96,6 +96,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     service_warnings = _validate.check_service_host_settings(groups.service_only, hostvars, settings, problems)
     _hosts.check_service_ports(groups, settings, problems)
     _hosts.check_addresses(ips, groups.all_hosts, problems)
+    _validate.check_fanout_address(settings, ips, problems)
     problems.raise_if_any()
 
     plan = _assemble(deployment, groups.engine_hosts, host_plans, ips)
@@ -110,13 +111,16 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))
+    if not _ports.check_listen_ports(plan["listen_ports"], problems):
+        problems.raise_if_any()
     plan["reserved_ports"] = {host: _ports.port_list(ranges) for host, ranges in plan["listen_ports"].items()}
     plan["hardening"] = _hardening.unit_hardening(plan["backend"]["name"], plan["paths"]["engine_home"],
                                                   plan["paths"]["hf_home"])
     plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips,
                                                {key: p["hosts"] for key, p in plan["distributed_pipelines"].items()})
     plan["footprint"] = _footprint.footprints(plan)
-    plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment))
+    plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
+                            + _validate.no_effect_warnings(deployment, groups, ips, hostvars))
     return plan
 
 
@@ -178,12 +182,12 @@ def _check_every_host_used(plan: dict, host_plans: dict[str, HostPlan], deployme
         if host_plan is None or plan["hosts"][host]["pipelines"]:
             continue
         group = host_plan.span_group
-        problems.add(_hosts.host_where(host), "vllm_omni_gpus",
+        problems.add(_hosts.host_where(host), deployment.replicas_culprit or "vllm_omni_gpus",
                      f"offers {len(host_plan.gpus)} GPU(s) {host_plan.gpus}, which no pipeline uses: a whole "
                      f"pipeline needs {deployment.gpus_per_pipeline} ({deployment.gpu_formula}), and the spare GPUs "
                      f"of span group {group!r} do not add up to another pipeline",
                      f"give the host more GPUs, add hosts with spare GPUs to span group {group!r} "
-                     "(vllm_omni_span_group), or take the host out of group vllm_omni")
+                     f"(vllm_omni_span_group), {deployment.fewer_gpus}, or take the host out of group vllm_omni")
 
 
 def deployment_id(engine_hosts: list[str], ips: dict[str, str | None]) -> str:

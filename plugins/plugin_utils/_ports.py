@@ -130,6 +130,52 @@ def check_zmq_slices(host: str, count: int, settings: dict, problems: Problems) 
 
 # --- the plan's port lists ----------------------------------------------------------------------
 
+# The setting that moves each kind of listening port: an engine process's by purpose, a service's by
+# (service, purpose).
+ENGINE_PORT_SETTINGS = {
+    "api": "vllm_omni_api_port_base", "mooncake_bootstrap": "vllm_omni_bootstrap_port_base",
+    "mooncake_rpc": "vllm_omni_mooncake_rpc_port_range", "stage_master": "vllm_omni_stage_master_port_base",
+    "stage_zmq": "vllm_omni_stage_zmq_port_range",
+}
+SERVICE_PORT_SETTINGS = {
+    ("router", "api"): "vllm_omni_router_port", ("router", "metrics"): "vllm_omni_router_metrics_port",
+    ("router", "backend"): "vllm_omni_router_backend_port", ("mooncake_master", "rpc"): "vllm_omni_mooncake_master_rpc_port",
+    ("mooncake_master", "http"): "vllm_omni_mooncake_master_metrics_port",
+    ("prometheus", "web"): "vllm_omni_prometheus_port", ("artifacts", "rsync"): "vllm_omni_artifact_port",
+}
+
+
+def port_setting(entry: dict) -> str:
+    return SERVICE_PORT_SETTINGS.get((entry["service"], entry["purpose"])) or ENGINE_PORT_SETTINGS.get(
+        entry["purpose"], entry["purpose"])
+
+
+def _label(entry: dict) -> str:
+    ports = _show_range((entry["first"], entry["last"]))
+    return f"{entry['service']} {entry['purpose']} {'ports' if entry['first'] != entry['last'] else 'port'} {ports}"
+
+
+def check_listen_ports(listen_ports_by_host: dict[str, list[dict]], problems: Problems) -> bool:
+    """Every port the plan listens on, per host, apart from every other: the one check over exactly the list the
+    firewall, the reserved ports and preflight read (a port added to the plan is in it by construction)."""
+    ok = True
+    for host, ranges in listen_ports_by_host.items():
+        ordered = sorted(ranges, key=lambda r: (r["first"], r["last"]))
+        widest = None
+        for entry in ordered:
+            if widest is not None and entry["first"] <= widest["last"]:
+                first, second = sorted((port_setting(widest), port_setting(entry)))
+                names = first if first == second else f"{first} / {second}"
+                mover = port_setting(entry) if port_setting(entry) != "vllm_omni_api_port_base" else port_setting(widest)
+                problems.add(host_where(host), names,
+                             f"collide: {_label(widest)} and {_label(entry)} overlap",
+                             f"move {mover} so the ports do not overlap")
+                ok = False
+                break
+            if widest is None or entry["last"] > widest["last"]:
+                widest = entry
+    return ok
+
 
 def listen_ports(pipelines: list[dict], layout: str, stand_in: bool = False) -> list[dict]:
     """Every port range a host's engine processes listen on (firewall, reserved ports, preflight).

@@ -89,6 +89,9 @@ def _merge_hosts(problems: list[Problem]) -> list[Problem]:
     return merged
 
 
+merge_hosts = _merge_hosts  # for the modules that collect problems without a Problems collector
+
+
 def host_where(host: str) -> str:
     """Where a problem of one host is; ``_merge_hosts`` relies on this form."""
     return f"host {host}"

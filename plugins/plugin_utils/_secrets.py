@@ -172,3 +172,137 @@ def tls_file_problems(paths: dict[str, str | None], read=None) -> list[str]:
         if marker not in text:
             problems.append(f"{name} names {path}, which does not hold {what}")
     return problems
+
+
+# --- every other secret: one model (format, one value for the deployment, never shown) -----------------
+
+# A Hugging Face token: hf_ and letters/digits in practice; any 8-256 of A-Z a-z 0-9 _ - (a mirror's own tokens).
+HF_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,256}")
+SECRET_FORMATS = {
+    "vllm_omni_hf_token": (HF_TOKEN, "A-Z a-z 0-9 _ -"),
+    "engine_hf_token": (HF_TOKEN, "A-Z a-z 0-9 _ -"),
+}
+
+
+def _why_not(value: str, pattern: re.Pattern, alphabet: str) -> str:
+    low, high = (int(n) for n in re.search(r"\{(\d+),(\d+)\}", pattern.pattern).groups())
+    return ("ends with a newline or space (echo's newline in `echo TOKEN | ansible-vault encrypt_string`?)"
+            if value != value.rstrip() else
+            "starts with a space or newline" if value != value.lstrip() else
+            f"is shorter than {low} characters" if len(value) < low else
+            f"is longer than {high} characters" if len(value) > high else
+            f"holds characters other than {alphabet}")
+
+
+def secret_problems(name: str, values: dict[str, object]) -> list[str]:
+    """One secret (not the API key, which has its own rules) on the hosts that read it: ``values`` host -> value
+    (None or "": not set; an Exception: could not be read). Set everywhere or nowhere, one value, well formed.
+    Problems name hosts, never a value."""
+    pattern, alphabet = SECRET_FORMATS[name]
+    problems, seen, unset = [], {}, []
+    for host, value in sorted(values.items()):
+        if isinstance(value, Exception):
+            problems.append(f"{host} ({name} could not be read: {type(value).__name__}; is the vault password given "
+                            "and the variable it refers to defined?)")
+        elif value is None or value == "":
+            unset.append(host)
+        elif not isinstance(value, str):
+            problems.append(f"{host} ({name} is a {type(value).__name__}, not a string)")
+        elif not pattern.fullmatch(value):
+            problems.append(f"{host} ({name} {_why_not(value, pattern, alphabet)})")
+        else:
+            seen.setdefault(_fingerprint(value), []).append(host)
+    if len(seen) > 1:
+        groups = "; ".join(", ".join(hosts) for hosts in seen.values())
+        problems.append(f"the hosts hold different values of {name} ({groups}): it is one value for the deployment, "
+                        "and only one of them would be used")
+    if seen and unset:
+        problems.append(f"{name} is set on {', '.join(h for hs in seen.values() for h in hs)[:80]} but not on "
+                        f"{', '.join(unset)[:80]}: it is one value for the deployment")
+    return problems
+
+
+# --- the operator's TLS material, read on the controller before any host changes -------------------------
+
+EXPIRY_WARN_DAYS = 30
+
+
+def _load_x509():
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:  # ansible-core depends on cryptography; a controller without it cannot check
+        return None, None
+    return x509, serialization
+
+
+def tls_material_problems(cert_path: str, key_path: str, ca_path: str | None, addresses: dict[str, str],
+                          now=None) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the operator's certificate and key: the key is the certificate's, the certificate
+    names every router address as an IP subjectAltName, it is valid now (and not about to expire), and it was
+    issued by ``ca_path`` when one is given. ``addresses``: router host -> address. Never shows key material."""
+    import datetime
+
+    x509, serialization = _load_x509()
+    if x509 is None:
+        return [], ["the Python package cryptography is missing on the controller: the TLS certificate and key "
+                    "were not checked against each other"]
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    problems, warnings = [], []
+    try:
+        certs = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())
+    except (OSError, ValueError) as error:
+        return [f"vllm_omni_tls_cert_file ({cert_path}) does not parse as a PEM certificate "
+                f"({type(error).__name__})"], []
+    leaf = certs[0]
+    try:
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    except TypeError:
+        return [f"vllm_omni_tls_key_file ({key_path}) is encrypted with a passphrase, which nginx cannot be given"], []
+    except (OSError, ValueError, Exception) as error:  # unsupported key types raise UnsupportedAlgorithm
+        return [f"vllm_omni_tls_key_file ({key_path}) does not parse as a PEM private key ({type(error).__name__})"], []
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
+        problems.append(f"vllm_omni_tls_key_file ({key_path}) is not the private key of the certificate in "
+                        f"vllm_omni_tls_cert_file ({cert_path}): nginx would refuse to start with the pair")
+    after = leaf.not_valid_after_utc
+    before = leaf.not_valid_before_utc
+    if after <= now:
+        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) expired on {after:%Y-%m-%d}: clients refuse it")
+    elif before > now:
+        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) is not valid before {before:%Y-%m-%d %H:%M} UTC: "
+                        "clients refuse it until then")
+    elif after - now < datetime.timedelta(days=EXPIRY_WARN_DAYS):
+        warnings.append(f"vllm_omni_tls_cert_file ({cert_path}) expires on {after:%Y-%m-%d}, in "
+                        f"{(after - now).days} days: renew it (docs/security.md)")
+    try:
+        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        ips = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    except x509.ExtensionNotFound:
+        ips = set()
+    missing = {host: address for host, address in sorted(addresses.items()) if address not in ips}
+    if missing:
+        shown = ", ".join(f"{host} {address}" for host, address in list(missing.items())[:4])
+        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) does not name {shown} as an IP subjectAltName: "
+                        "clients and the collection's checks connect to each router host by its address")
+    if ca_path:
+        try:
+            cas = x509.load_pem_x509_certificates(Path(ca_path).read_bytes())
+        except (OSError, ValueError) as error:
+            problems.append(f"vllm_omni_tls_ca_file ({ca_path}) does not parse as a PEM certificate "
+                            f"({type(error).__name__})")
+        else:
+            chain = certs[1:] + cas
+            if not any(_issued_by(leaf, issuer) for issuer in chain):
+                problems.append(f"vllm_omni_tls_cert_file ({cert_path}) was not issued by vllm_omni_tls_ca_file "
+                                f"({ca_path}) or an intermediate in the certificate file: clients that trust that CA "
+                                "would refuse it")
+    return problems, warnings
+
+
+def _issued_by(cert, issuer) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except Exception:  # ValueError, InvalidSignature, TypeError for unsupported key types
+        return False
+    return True

@@ -272,7 +272,45 @@ def check_model(value: Any, name: str) -> str:
         raise SettingError(f"{show(value)} is under {hidden}, so the engine would find it empty or missing",
                            "put the model directory elsewhere (e.g. /srv/models/<name> or under vllm_omni_hf_home), "
                            "or stage it with vllm_omni_model_source")
+    if model.startswith("/"):
+        path = model.rstrip("/") or "/"
+        if path in SYSTEM_DIRECTORIES:
+            raise SettingError(f"{show(value)} is a system directory, not a model directory (the engine loads it "
+                               "with trust_remote_code: any Python file there runs as the engine)",
+                               "point vllm_omni_model at the model's own directory, e.g. /srv/models/<name>")
+        tree = next((t for t in MODEL_PROTECTED_TREES if inside(path, t)), None)
+        if tree and not path.startswith(ALLOWED_UNDER_PROTECTED):
+            raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system: the engine loads a model "
+                               "directory with trust_remote_code, so whatever Python file lies there runs as the engine",
+                               "put the model in a directory of its own, e.g. /srv/models/<name>, /opt/models/<name> "
+                               "or under vllm_omni_hf_home, or stage it with vllm_omni_model_source")
     return model
+
+
+# Where a model directory may not lie, on the hosts: the roots' protected trees and the system's configuration.
+MODEL_PROTECTED_TREES = (*PROTECTED_TREES, "/etc", "/var/lib/dpkg", "/var/mail", "/var/lib/systemd",
+                         "/var/lib/vllm-omni-serve")
+# On the controller, a model directory (vllm_omni_model_directory) is walked, hashed and sent to every host:
+# never the system's trees, a home directory as a whole, or a world-writable place.
+CONTROLLER_PROTECTED_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
+                              "/sys", "/usr", "/var/log", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/spool",
+                              "/var/cache", "/var/mail")
+
+
+def check_controller_dir(value: Any, name: str) -> str:
+    """A directory on the controller whose every file is sent to the hosts: a plain absolute path of its own."""
+    path = check_controller_file(value, name)
+    if path in SYSTEM_DIRECTORIES or path in ("/", "/root") or re.fullmatch(r"/home/[^/]+", path):
+        raise SettingError(f"{show(value)} is a system or home directory as a whole: every file in it would be hashed "
+                           "and sent to every engine host", "point it at the model's own directory, e.g. "
+                           "/srv/models/<name> (a `hf download --local-dir` result)")
+    tree = next((t for t in CONTROLLER_PROTECTED_TREES if inside(path, t)), None)
+    if tree and not path.startswith(ALLOWED_UNDER_PROTECTED):
+        raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system (or anyone may write there): "
+                           "its files would be sent to every engine host and loaded with trust_remote_code",
+                           "copy the model into a directory of its own, e.g. /srv/models/<name>, and point "
+                           f"{name} there")
+    return path
 
 
 # Paths the engine unit's sandbox (plan["hardening"]) hides from the engine, and by what.
@@ -538,8 +576,10 @@ SETTINGS: tuple[Setting, ...] = (
                                    "digits, . _ -", "5d4d1c4e1e0b8a7b2d3c6f9e8a7b6c5d4e3f2a1b")),
     Setting("vllm_omni_model_directory", DEPLOYMENT, None, "path (controller)",
             "With vllm_omni_model_source `directory`: the controller directory holding the model's files "
-            "(config.json, tokenizer, *.safetensors), e.g. a `hf download --local-dir` result.",
-            check_controller_file),
+            "(config.json, tokenizer, *.safetensors), e.g. a `hf download --local-dir` result. Not a system, "
+            "home or world-writable directory; deploy checks on the controller that it holds a model (config.json and "
+            "weights) and no link out of it other than into a Hugging Face cache.",
+            check_controller_dir),
     Setting("vllm_omni_artifact_port", DEPLOYMENT, 8873, "port",
             "The rsync daemon's port while a deploy fans wheel sets and weights out host to host (open to "
             "inventory peers only, and only during the distribution); the controller serves its one copy on it too.",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import ipaddress
 import re
 from typing import Any
 
@@ -119,7 +120,7 @@ def deployment_settings(engine_hosts: list[str], hostvars: dict, problems: Probl
 
 
 # Host settings only an engine host reads (GPUs, pipeline count); a service-only host's vllm_omni_ip is read.
-ENGINE_HOST_SETTINGS = ("vllm_omni_gpus", "vllm_omni_pipelines_per_host")
+ENGINE_HOST_SETTINGS = ("vllm_omni_gpus", "vllm_omni_pipelines_per_host", "vllm_omni_span_group")
 
 
 def check_service_host_settings(service_hosts: list[str], hostvars: dict, settings: dict,
@@ -163,6 +164,7 @@ def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
     context = Deployment(settings, sources, engine, overrides, planner_shares)
     if engine is not None:
         check_gpu_memory(context, problems)
+        check_engine_rules(context, problems)
     check_rdma_devices(settings, problems)
     check_roots(settings, problems)
     check_tls(settings, problems)
@@ -298,6 +300,23 @@ def check_extra_env(settings: dict, problems: Problems) -> None:
                      f"sets {', '.join(owned)}, which the planner computes per pipeline",
                      "remove them; see docs/variables.md (computed values) for the setting that controls each")
         return
+    caches = sorted(names & MODEL_CACHE_ENV)
+    if caches:
+        problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                     f"sets {', '.join(caches)}, which moves where the engines look for model files away from "
+                     f"vllm_omni_hf_home ({settings['vllm_omni_hf_home']}): staged weights would not be found "
+                     "offline, and the engine unit may write only there",
+                     "remove it; set vllm_omni_hf_home to move the model cache")
+        return
+    for name in sorted(names & LOADER_ENV):
+        where = _writable_place(str(settings["vllm_omni_extra_env"][name]), settings)
+        if where:
+            problems.add(ALL_HOSTS, "vllm_omni_extra_env",
+                         f"{name} points into {where}: code or libraries loaded from there can be replaced by "
+                         "whoever writes there, or the engine unit never sees them",
+                         f"install what {name} loads into a directory root owns (e.g. under "
+                         f"{settings['vllm_omni_install_root']}) and point {name} there, or remove it")
+            return
     secret_like = sorted(name for name in names if SECRET_LIKE.search(name))
     if secret_like:
         problems.add(ALL_HOSTS, "vllm_omni_extra_env",
@@ -305,6 +324,105 @@ def check_extra_env(settings: dict, problems: Problems) -> None:
                      "directory and every host's environment file",
                      "keep secrets out of vllm_omni_extra_env; the engines' API key and HF token have their own "
                      "vaulted settings (vllm_omni_api_key, engine_hf_token)")
+
+
+# Environment that moves the model cache (HF_HOME is the planner's own, from vllm_omni_hf_home).
+MODEL_CACHE_ENV = frozenset({"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_ASSETS_CACHE",
+                             "HF_XET_CACHE", "HF_MODULES_CACHE", "VLLM_CACHE_ROOT", "VLLM_ASSETS_CACHE"})
+# Environment that makes the engine's interpreter or loader run code from a directory.
+LOADER_ENV = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX",
+                        "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "VLLM_PLUGINS_PATH"})
+_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/user", "/home", "/root")  # noqa: S108 - refused places
+
+
+def _writable_place(value: str, settings: dict) -> str | None:
+    """The first place a search-path value names that the engine user (or anyone) writes, or the unit hides."""
+    owned = {_footprint.ENGINE_HOME: "the engine user's home", settings["vllm_omni_hf_home"]: "the model cache "
+             "(vllm_omni_hf_home), which the engine user writes"}
+    for part in re.split(r"[: ]+", value):
+        if not part:
+            continue
+        if not part.startswith("/"):
+            return f"the relative path {show(part)} (resolved from the engine's working directory)"
+        for tree in _WORLD_WRITABLE:
+            if inside(part, tree):
+                return f"{tree}, which anyone may write or the engine unit hides"
+        for tree, what in owned.items():
+            if inside(part, tree):
+                return f"{tree}, {what}"
+    return None
+
+
+def check_fanout_address(settings: dict, ips: dict[str, str | None], problems: Problems) -> None:
+    """The address hosts pull the first copy of each artifact from must be one they can reach."""
+    address = settings["vllm_omni_artifact_controller_address"]
+    if address is None:
+        return
+    parsed = ipaddress.ip_address(address)
+    remote = sorted(h for h, ip in ips.items() if ip is not None and not ipaddress.ip_address(ip).is_loopback)
+    if (parsed.is_loopback or parsed.is_link_local) and remote:
+        kind = "loopback" if parsed.is_loopback else "link-local"
+        problems.add(ALL_HOSTS, "vllm_omni_artifact_controller_address",
+                     f"is the {kind} address {address}: {', '.join(remote[:3])}{' ...' if len(remote) > 3 else ''} "
+                     "would pull the wheel sets and weights from themselves, not from the controller",
+                     "set it to the controller's address on the network the hosts reach it on, or leave it unset "
+                     "(the address the hosts see the controller's SSH connection come from)")
+
+
+def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | None], hostvars: dict) -> list[str]:
+    """Settings the inventory set that this deployment never reads, or that can never take effect."""
+    settings, sources = context.settings, context.sources
+    set_here = {name for name, source in sources.items() if source == "inventory"}
+    warnings = []
+
+    def unused(name: str, why: str) -> None:
+        if name in set_here:
+            warnings.append(f"{name} is set but has no effect: {why}")
+
+    source = settings["vllm_omni_model_source"]
+    if source == "none":
+        unused("vllm_omni_model_revision", "vllm_omni_model_source is none (nothing is staged); set "
+               "vllm_omni_model_source: hub to serve that revision")
+    if source != "directory":
+        unused("vllm_omni_model_directory", f"vllm_omni_model_source is {source}; set vllm_omni_model_source: "
+               "directory to stage from it")
+    if source != "hub" and any("vllm_omni_hf_token" in hostvars.get(h, {}) for h in groups.engine_hosts):
+        warnings.append(f"vllm_omni_hf_token is set but has no effect: vllm_omni_model_source is {source}, and the "
+                        "token is used only to fetch a hub source on the controller (it never reaches a host)")
+    if context.layout != "pd":
+        for name in ("vllm_omni_mooncake_protocol", "vllm_omni_mooncake_rdma_devices", "vllm_omni_bootstrap_port_base",
+                     "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                     "vllm_omni_prefill_replicas", "vllm_omni_decode_replicas"):
+            unused(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
+    if not (context.replicated or context.spanning):
+        for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
+                     "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy"):
+            unused(name, "no pipeline runs its engines as processes of their own (no replicas, no spanning)")
+    if not settings["vllm_omni_monitoring_enabled"]:
+        for name in ("vllm_omni_prometheus_port", "vllm_omni_monitoring_client_cidrs"):
+            unused(name, "vllm_omni_monitoring_enabled is false")
+    if not settings["vllm_omni_mooncake_master_enabled"]:
+        for name in ("vllm_omni_mooncake_master_rpc_port", "vllm_omni_mooncake_master_metrics_port"):
+            unused(name, "vllm_omni_mooncake_master_enabled is false")
+    if not settings["vllm_omni_frontdoor_enabled"]:
+        unused("vllm_omni_router_backend_port", "vllm_omni_frontdoor_enabled is false (vllm-router itself listens on "
+               "vllm_omni_router_port)")
+    if not settings["vllm_omni_firewall_enabled"]:
+        for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
+            unused(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")
+    routers = [h for h in groups.router_hosts if ips.get(h)]
+    if settings["vllm_omni_router_client_cidrs"] and routers and all(
+            ipaddress.ip_address(ips[h]).is_loopback for h in routers):
+        warnings.append("vllm_omni_router_client_cidrs is set but has no effect: every router host's address is "
+                        "loopback, so no client network can reach the router")
+    for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
+        networks = [ipaddress.ip_network(n) for n in settings[name]]
+        for version, everything in ((4, "0.0.0.0/0"), (6, "::/0")):
+            mine = [n for n in networks if n.version == version]
+            if len(mine) > 1 and [str(n) for n in ipaddress.collapse_addresses(mine)] == [everything]:
+                warnings.append(f"{name} lists {', '.join(map(str, mine))}, which together cover every IPv{version} "
+                                "address: every address may reach that port")
+    return warnings
 
 
 def check_rdma_devices(settings: dict, problems: Problems) -> None:
@@ -412,6 +530,125 @@ def shared_gpu_split(settings: dict, layout: str, overrides: dict) -> tuple[dict
             engine_args["gpu_memory_utilization"] = share
             chosen.append(role)
     return overrides, chosen
+
+
+# --- the engine's own rules (data/engine_rules.yml) ------------------------------------------------
+
+_KIND_SETTING = {"engine_args": "vllm_omni_stage_engine_args", "sampling": "vllm_omni_stage_sampling_params"}
+
+
+def _base_stage(engine: EngineVersion, role: str, stage_id: int) -> tuple[dict, dict]:
+    """(engine_args, default_sampling_params) the engine's own definition gives a role's stage."""
+    if engine.schema == "stage_args":
+        for stage in engine.data["legacy_stages"]:
+            if stage["engine_args"]["model_stage"] == MODEL_STAGE[role]:
+                return dict(stage["engine_args"]), dict(stage.get("default_sampling_params") or {})
+    for stage in engine.data["bundled_deploy"]["stages"]:
+        if stage["stage_id"] == stage_id:
+            args = {k: v for k, v in stage.items() if k not in ("default_sampling_params", "stage_id")}
+            return args, dict(stage.get("default_sampling_params") or {})
+    return {}, {}
+
+
+def _outside(bound: dict, value: Any) -> bool:
+    if "allowed" in bound:
+        return value not in bound["allowed"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    low, high = bound.get("min"), bound.get("max")
+    if low is not None and (value <= low if bound.get("min_open") else value < low):
+        # top_k: 0 and -1 both disable it; only values below -1 are refused.
+        return True
+    return high is not None and (value >= high if bound.get("max_open") else value > high)
+
+
+def _engine_rule(rule: dict, **values: Any) -> str:
+    text = " ".join(str(rule["rule"]).split())
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", show(value))
+    return f'"{text}" ({rule["checked_by"]})'
+
+
+def _user_stage_key(settings: dict, setting_name: str, layout: str, role: str, key: str) -> str:
+    """Where the user set ``key`` for ``role``: the role's own entry, or the alias that covers it (thinker)."""
+    entries = settings[setting_name]
+    if isinstance(entries.get(role), dict) and key in entries[role]:
+        return f"{setting_name}.{role}.{key}"
+    for alias, targets in ROLE_ALIASES.get(layout, {}).items():
+        if role in targets and isinstance(entries.get(alias), dict) and key in entries[alias]:
+            return f"{setting_name}.{alias}.{key}"
+    return f"{setting_name}.{role}.{key}"
+
+
+def check_engine_rules(context: Deployment, problems: Problems) -> None:
+    """Every override against the rules the engine of this version checks itself: one value at a time,
+    and between the arguments of one stage (with the engine's own values for what the user left alone)."""
+    engine, settings, layout = context.engine, context.settings, context.layout
+    rules = _engine_data.engine_rules(engine.version)
+    if not rules:
+        return
+    reported: set[str] = set()
+
+    def refuse(label: str, problem: str, fix: str) -> None:
+        if label not in reported:
+            reported.add(label)
+            problems.add(ALL_HOSTS, label, problem, fix)
+
+    vllm = f"vLLM {engine.vllm}"
+    for stage_id, role in enumerate(layout_roles(layout, settings["vllm_omni_audio_output"])):
+        base_args, base_sampling = _base_stage(engine, role, stage_id)
+        user = context.overrides.get(role, {"engine_args": {}, "sampling": {}})
+        planner_set = role in context.planner_shares
+        for kind, section in (("engine_args", "engine_args"), ("sampling", "sampling")):
+            for key, value in sorted(user[kind].items()):
+                bound = rules.get(section, {}).get(key)
+                if kind == "engine_args" and key == "gpu_memory_utilization" and planner_set:
+                    continue
+                if bound and _outside(bound, value):
+                    label = _user_stage_key(settings, _KIND_SETTING[kind], layout, role, key)
+                    refuse(label, f"is {show(value)}, which {vllm} refuses: {_engine_rule(bound)}",
+                           f"set {label} to a value the engine accepts, or remove it (the stage's default is "
+                           f"{show((base_args if kind == 'engine_args' else base_sampling).get(key, 'the engine default'))})")
+        args = {**base_args, **user["engine_args"]}
+        sampling = {**base_sampling, **user["sampling"]}
+        user_args, user_sampling = set(user["engine_args"]), set(user["sampling"])
+        model_len = args.get("max_model_len") or rules.get("model_max_len", {}).get(settings["vllm_omni_model"])
+        cross = rules.get("cross", {})
+        batched, seqs = args.get("max_num_batched_tokens"), args.get("max_num_seqs")
+        chunked = args.get("enable_chunked_prefill", True)
+        touched = user_args & {"max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"}
+        if ("batched_tokens_below_model_len" in cross and touched and not chunked and isinstance(batched, int)
+                and isinstance(model_len, int) and batched < model_len):
+            label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role,
+                                    sorted(touched)[-1] if "max_num_batched_tokens" not in touched
+                                    else "max_num_batched_tokens")
+            refuse(label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_model_len "
+                   f"{model_len} and chunked prefill off, which {vllm} refuses at start-up: "
+                   + _engine_rule(cross["batched_tokens_below_model_len"], max_num_batched_tokens=batched,
+                                  max_model_len=model_len),
+                   f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {model_len}, "
+                   "set max_model_len to at most it, or set enable_chunked_prefill: true")
+        if ("batched_tokens_below_num_seqs" in cross and user_args & {"max_num_batched_tokens", "max_num_seqs"}
+                and isinstance(batched, int) and isinstance(seqs, int) and batched < seqs):
+            key = "max_num_batched_tokens" if "max_num_batched_tokens" in user_args else "max_num_seqs"
+            label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role, key)
+            refuse(label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_num_seqs {seqs}, "
+                   f"which {vllm} refuses at start-up: "
+                   + _engine_rule(cross["batched_tokens_below_num_seqs"], max_num_batched_tokens=batched,
+                                  max_num_seqs=seqs),
+                   f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {seqs} "
+                   "or lower max_num_seqs")
+        max_tokens = sampling.get("max_tokens")
+        if ("max_tokens_above_model_len" in cross and ("max_tokens" in user_sampling or "max_model_len" in user_args)
+                and isinstance(max_tokens, int) and isinstance(model_len, int) and max_tokens > model_len):
+            label = (_user_stage_key(settings, "vllm_omni_stage_sampling_params", layout, role, "max_tokens")
+                     if "max_tokens" in user_sampling else
+                     _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role, "max_model_len"))
+            refuse(label, f"gives the {role} stage a default max_tokens {max_tokens} above its max_model_len "
+                   f"{model_len}, so {vllm} refuses every request that relies on the default: "
+                   + _engine_rule(cross["max_tokens_above_model_len"], max_tokens=max_tokens, max_model_len=model_len),
+                   f"set vllm_omni_stage_sampling_params.{role}.max_tokens to at most {model_len}, or raise "
+                   f"vllm_omni_stage_engine_args.{role}.max_model_len")
 
 
 def _base_memory(engine: EngineVersion, role: str, stage_id: int) -> float:

@@ -235,9 +235,19 @@ def test_secrets_stay_in_0640_env_files_and_out_of_the_plan(deployed):
             assert KEY not in path.read_text(), f"{path} holds the API key"
 
 
+# Every secret the collection reads, each with a value of its own, for the -vvv search.
+CLIENT_KEY = "security-client-key-abcdef0123456789"
+HF_TOKEN = "hf_securityTestHubToken0123456789"  # noqa: S105 - a test value, searched for
+ENGINE_HF_TOKEN = "hf_securityTestEngineToken0123456"  # noqa: S105 - a test value
+EVERY_SECRET = {"vllm_omni_api_key": KEY, "vllm_omni_api_keys[0]": CLIENT_KEY, "vllm_omni_hf_token": HF_TOKEN,
+                "engine_hf_token": ENGINE_HF_TOKEN}
+
+
 def test_the_key_is_never_printed_even_at_vvv(deployed):
-    """deploy, upgrade and status at -vvv, and a smoke test that fails (the router stopped): no key anywhere."""
-    inventory_dir = inventory(deployed)
+    """deploy, upgrade and status at -vvv with every secret set (the API key, the keys clients may send, the
+    hub token, the engines' HF token), and a smoke test that fails (the router stopped): no secret anywhere."""
+    inventory_dir = inventory(deployed, vllm_omni_api_keys=[CLIENT_KEY, KEY], vllm_omni_hf_token=HF_TOKEN,
+                              engine_hf_token=ENGINE_HF_TOKEN)
     outputs = {name: playbook(name, inventory_dir, "-vvv") for name in ("deploy.yml", "upgrade.yml", "status.yml")}
     on("lab-1", "systemctl stop vllm-omni-router")
     try:
@@ -248,7 +258,11 @@ def test_the_key_is_never_printed_even_at_vvv(deployed):
     for name, result in outputs.items():
         text = result.stdout + result.stderr
         assert "vllm_omni" in text and len(text) > 10000, f"{name}: no -vvv output to search"
-        assert KEY not in text, f"{name} printed the API key"
+        for secret, value in EVERY_SECRET.items():
+            assert value not in text, f"{name} printed {secret}"
+    # The engines got the HF token (their 0640 secrets block) without any task showing it.
+    assert ENGINE_HF_TOKEN in on("lab-1", "cat /etc/vllm-omni/omni0/engine.env")
+    playbook("deploy.yml", inventory(deployed))  # back to the module's inventory for the other tests
 
 
 def test_disabling_the_firewall_removes_only_our_table(deployed):

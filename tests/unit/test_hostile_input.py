@@ -10,8 +10,13 @@ Each case is written as a real inventory directory and goes through three doors:
   host: the recap lists localhost only and nothing is unreachable (the hosts' addresses are made
   up, so any attempt to touch one would show).
 
-Cases with ``door: deploy`` are about secrets, which the planner never reads: the planner and
-render.yml accept them, and deploy.yml refuses them on the controller the same way.
+Cases with ``door: deploy`` are about what only deploy reads on the controller (secrets, which planning never
+needs, the operator's TLS files, a controller model directory): the planner and render.yml accept them, and
+deploy.yml refuses them on the controller the same way. ``controller_files`` makes such files for a case (see
+``make_controller_files``); ``@FILES@`` in a value is the directory they are in.
+
+Cases with ``warns`` are legal inventories with a setting that would have no effect: the planner accepts them
+with that warning in the plan, and render.yml prints it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,78 @@ BASE_HOSTS = {"gpu-a": {"ansible_host": "10.20.0.11", "vllm_omni_gpus": list(ran
 HEADER = "vllm_omni.serve: the inventory has 1 problem; nothing was changed."
 
 
+def make_controller_files(spec: dict, directory: Path) -> None:
+    """Files a case names on the controller: ``tls`` (a certificate and key, with one thing wrong) and ``model``
+    (a model directory, with one thing wrong)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if "tls" in spec:
+        _tls_files(spec["tls"], directory)
+    if "model" in spec:
+        model = directory / "model"
+        model.mkdir(exist_ok=True)
+        kind = spec["model"]
+        if kind != "no-config":
+            (model / "config.json").write_text("[1, 2]" if kind == "config-not-an-object" else
+                                               "{not json" if kind == "config-not-json" else '{"model_type": "x"}')
+        if kind != "no-weights":
+            (model / "model.safetensors").write_bytes(b"\0" * 16)
+        if kind == "link-out":
+            (model / "tokenizer.json").symlink_to("/etc/passwd")
+
+
+def _tls_files(kind: str, directory: Path) -> None:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
+    key, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "router")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hostile CA")])
+    import ipaddress
+    sans = {"no-router-ip": ["10.20.0.99"], "dns-only": []}.get(kind, ["10.20.0.11"])
+    names = [x509.IPAddress(ipaddress.ip_address(a)) for a in sans] + [x509.DNSName("router.example")]
+    start, end = {"expired": (now - 400 * day, now - day), "not-yet-valid": (now + 10 * day, now + 400 * day),
+                  "expiring-soon": (now - 300 * day, now + 5 * day)}.get(kind, (now - day, now + 400 * day))
+    issuer_key = ca_key if kind in ("ok", "wrong-ca") else key
+    cert = (x509.CertificateBuilder().subject_name(name)
+            .issuer_name(ca_name if issuer_key is ca_key else name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False).sign(issuer_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (directory / "cert.pem").write_bytes(cert.public_bytes(pem))
+    used = other if kind == "key-mismatch" else key
+    encryption = (serialization.BestAvailableEncryption(b"passphrase") if kind == "encrypted-key"
+                  else serialization.NoEncryption())
+    (directory / "key.pem").write_bytes(used.private_bytes(pem, serialization.PrivateFormat.PKCS8, encryption))
+    ca_signer = ec.generate_private_key(ec.SECP256R1()) if kind == "wrong-ca" else ca_key
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_signer.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - day).not_valid_after(now + 900 * day)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_signer, hashes.SHA256()))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
+
+
+def _with_files(value, files: str):
+    if isinstance(value, str):
+        return value.replace("@FILES@", files)
+    if isinstance(value, dict):
+        return {k: _with_files(v, files) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_files(v, files) for v in value]
+    return value
+
+
 def write_inventory(case: dict, directory: Path) -> Path:
+    files = directory.parent / f"{directory.name}-files"
+    if case.get("controller_files"):
+        make_controller_files(case["controller_files"], files)
+    case = _with_files(case, str(files))
     hosts = copy.deepcopy(case.get("hosts", BASE_HOSTS))
     for host, host_vars in (case.get("host_vars") or {}).items():
         hosts.setdefault(host, {}).update(host_vars)
@@ -60,12 +136,18 @@ def problem_line(case: dict) -> str | None:
     """The one problem line for ``case``; asserts there is exactly one and it reads where -> what -> fix.
 
     None for a deploy-door case, after checking the planner accepts it."""
-    inventory = load_ansible_inventory(write_inventory(case, Path(os.environ["HOSTILE_TMP"]) / case["id"]))
+    path = write_inventory(case, Path(os.environ["HOSTILE_TMP"]) / case["id"])
+    if case.get("door") == "deploy" or "warns" in case:
+        inventory = load_ansible_inventory(path)
     if case.get("door") == "deploy":
         build_plan(inventory)
         return None
-    with pytest.raises(PlanError) as caught:
-        build_plan(inventory)
+    if "warns" in case:
+        warnings = " | ".join(build_plan(inventory)["warnings"])
+        in_order(warnings, case["warns"])
+        return None
+    with pytest.raises(PlanError) as caught:  # reading the inventory may refuse it already (a secret in a setting)
+        build_plan(load_ansible_inventory(path))
     message = str(caught.value)
     assert message.startswith(HEADER), message
     lines = message.splitlines()[1:]
@@ -103,7 +185,7 @@ def test_the_table_is_big_and_every_case_is_distinct():
     ids = [case["id"] for case in CASES]
     assert len(ids) >= 40
     assert len(set(ids)) == len(ids)
-    inputs = [yaml.safe_dump({k: v for k, v in case.items() if k not in ("id", "error")}) for case in CASES]
+    inputs = [yaml.safe_dump({k: v for k, v in case.items() if k not in ("id", "error", "warns")}) for case in CASES]
     assert len(set(inputs)) == len(inputs), "two cases feed the same inventory"
 
 
@@ -115,6 +197,12 @@ def test_planner_gives_one_clear_error(case):
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_render_and_deploy_stop_on_the_controller_with_that_error(case, tmp_path):
     line = problem_line(case)
+    if "warns" in case:
+        inventory = write_inventory(case, tmp_path / case["id"] / "inventory")
+        render = run_playbook("render.yml", inventory, "-e", f"vllm_omni_render_dir={tmp_path / 'render'}")
+        assert render.returncode == 0, render.stdout[-3000:]
+        in_order(" ".join(render.stdout.split()), [" ".join(case["warns"][0].split())])
+        return
     runs = playbook_runs(case, tmp_path)
     refusing = ("deploy",) if line is None else ("render", "deploy")
     if line is None:

@@ -343,3 +343,16 @@ def test_failed_refetch_leaves_no_stamp(mf, hub, tmp_path, capsys):
     hub.corrupt = {"model.safetensors"}
     assert run(mf, capsys, out)[0] == 2
     assert not (tmp_path / "omni.verified.json").exists()
+
+
+@pytest.mark.parametrize("raw", [TOKEN + "\n", TOKEN + " \r\n", "\t" + TOKEN])
+@pytest.mark.parametrize("dry", [False, True])
+def test_a_token_with_whitespace_never_shows_in_any_form(mf, hub, tmp_path, capsys, monkeypatch, raw, dry):
+    """A vaulted `echo TOKEN` leaves a newline: error messages that carry repr(token) or the stripped token must
+    not show it either (the fetch's error path and the dry run's reason alike)."""
+    monkeypatch.setenv("HF_TOKEN", raw)
+    hub.info_error = RuntimeError(f"unexpected: headers={{'authorization': {('Bearer ' + raw)!r}}} token={raw.strip()}")
+    code, stdout, stderr = run(mf, capsys, tmp_path / "omni", *(["--dry-run"] if dry else []))
+    text = stdout + stderr
+    assert TOKEN not in text and repr(raw)[1:-1] not in text
+    assert code == (0 if dry else 2)

@@ -166,7 +166,16 @@ def first_line(exc: BaseException) -> str:
 
 
 def scrub(text: str, token: str | None) -> str:
-    return text.replace(token, "<HF_TOKEN>") if token else text
+    """``text`` without the token in any form an error message may carry it: as given, stripped of the
+    whitespace a vaulted ``echo`` leaves, escaped the way repr() and JSON write it, and each line of it."""
+    if not token:
+        return text
+    forms = {token, token.strip(), repr(token)[1:-1], json.dumps(token)[1:-1],
+             token.encode("unicode_escape").decode("ascii", "replace")}
+    forms.update(part for part in token.split() if len(part) >= 8)
+    for form in sorted((f for f in forms if f), key=len, reverse=True):
+        text = text.replace(form, "<HF_TOKEN>")
+    return text
 
 
 def safe_name(name: str) -> str:
@@ -365,7 +374,7 @@ def dry_run(args: argparse.Namespace, out: Path, token: str | None) -> dict[str,
     try:
         commit, files = resolve(load_hub(), args, token)
     except Exception as exc:  # the hub is not reachable from here, or huggingface_hub is missing: say so
-        reason = str(exc) if isinstance(exc, FetchError) else describe(exc, args, hub_error_classes())
+        reason = scrub(str(exc) if isinstance(exc, FetchError) else describe(exc, args, hub_error_classes()), token)
         return {"repo": args.repo, "commit": None, "files": None, "bytes": None, "fetched": False,
                 "state": f"would fetch {args.repo}@{args.revision} from the hub; bytes unknown ({reason})"}
     total = sum(f.size for f in files)
@@ -386,19 +395,22 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
     except SystemExit as exc:  # argparse has printed "model_fetch: error: ..." or the help
         return exc.code if isinstance(exc.code, int) else 2
-    token = os.environ.get("HF_TOKEN") or None
+    # The planner refuses a token with surrounding whitespace; a helper run by hand gets the same token the hub
+    # would accept (a trailing newline would make every request fail, and error messages repeat it).
+    raw = os.environ.get("HF_TOKEN") or None
+    token = raw.strip() or None if raw else None
     try:
         report = (dry_run if args.dry_run else fetch)(args, checked_out(args.out), token)
     except FetchError as exc:
-        print(PREFIX + scrub(str(exc), token), file=sys.stderr)
+        print(PREFIX + scrub(scrub(str(exc), raw), token), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(PREFIX + "interrupted: re-run to resume the download", file=sys.stderr)
         return 2
     except Exception as exc:
-        print(PREFIX + scrub(describe(exc, args, hub_error_classes()), token), file=sys.stderr)
+        print(PREFIX + scrub(scrub(describe(exc, args, hub_error_classes()), raw), token), file=sys.stderr)
         return 2
-    print(json.dumps(report))
+    print(scrub(scrub(json.dumps(report), raw), token))
     return 0
 
 

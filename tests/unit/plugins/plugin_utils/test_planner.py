@@ -384,3 +384,15 @@ def test_one_error_lists_every_problem_and_merges_hosts_sharing_one():
     assert message.startswith("vllm_omni.serve: the inventory has 1 problem; nothing was changed.")
     assert "hosts gpu-0, gpu-1, gpu-2 and 2 more: vllm_omni_foo is not a setting" in message
     assert "Traceback" not in message
+
+
+def test_every_engine_rule_is_about_an_override_the_planner_passes_through():
+    """data/engine_rules.yml: each bounded name is an overridable key of its kind, each version's rules resolve."""
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data, _stages
+
+    for version in _engine_data.supported_versions():
+        rules = _engine_data.engine_rules(version)
+        assert set(rules["sampling"]) <= set(_stages.SAMPLING_PARAMS), version
+        assert set(rules["engine_args"]) <= set(_stages.ENGINE_ARGS), version
+        assert all(rule["rule"] and rule["checked_by"] for section in ("sampling", "engine_args", "cross")
+                   for rule in rules[section].values()), version

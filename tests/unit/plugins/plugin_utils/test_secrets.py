@@ -88,3 +88,53 @@ def test_a_key_of_the_set_that_reached_the_plan_is_found_by_its_position():
     plan = {"served_model_name": NEW}
     [problem] = _secrets.leaks(plan, {"vllm_omni_api_keys[1]": NEW})
     assert problem.startswith("the value of vllm_omni_api_keys[1] appears in plan.served_model_name") and NEW not in problem
+
+
+HF = "hf_abcdefghijklmnopqrstu"
+
+
+def test_every_other_secret_is_one_well_formed_value_and_never_shown():
+    assert _secrets.secret_problems("vllm_omni_hf_token", {"gpu-a": HF, "gpu-b": HF}) == []
+    assert _secrets.secret_problems("vllm_omni_hf_token", {"gpu-a": None, "gpu-b": ""}) == []
+    for value, why in {HF + "\n": "ends with a newline", " " + HF: "starts with a space", "hf_x": "shorter than 8",
+                       "hf_a b_cdefghij": "characters other than", "x" * 300: "longer than 256"}.items():
+        [problem] = _secrets.secret_problems("vllm_omni_hf_token", {"gpu-a": value})
+        assert why in problem and value.strip() not in problem, problem
+    [problem] = _secrets.secret_problems("vllm_omni_hf_token", {"gpu-a": HF, "gpu-b": None})
+    assert "set on gpu-a but not on gpu-b" in problem and HF not in problem
+    [problem] = _secrets.secret_problems("vllm_omni_hf_token", {"gpu-a": HF, "gpu-b": HF[::-1]})
+    assert "different values of vllm_omni_hf_token (gpu-a; gpu-b)" in problem
+
+
+def _pair(tmp_path, days_left: int, sans=("10.0.0.1",)):
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "router")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=10))
+            .not_valid_after(now + datetime.timedelta(days=days_left))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in sans]),
+                           critical=False).sign(key, hashes.SHA256()))
+    (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "k.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    return str(tmp_path / "c.pem"), str(tmp_path / "k.pem")
+
+
+def test_tls_material_good_soon_expiring_and_missing_a_router(tmp_path):
+    cert, key = _pair(tmp_path, 400)
+    assert _secrets.tls_material_problems(cert, key, None, {"r1": "10.0.0.1"}) == ([], [])
+    cert, key = _pair(tmp_path, 5, sans=("10.0.0.1",))
+    problems, warnings = _secrets.tls_material_problems(cert, key, None, {"r1": "10.0.0.1", "r2": "10.0.0.2"})
+    assert problems == [f"vllm_omni_tls_cert_file ({cert}) does not name r2 10.0.0.2 as an IP subjectAltName: "
+                        "clients and the collection's checks connect to each router host by its address"]
+    assert len(warnings) == 1 and "expires on" in warnings[0] and "in 4 days" in warnings[0]
+    assert "PRIVATE" not in " ".join(problems + warnings)

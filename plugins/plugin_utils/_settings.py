@@ -576,9 +576,9 @@ SETTINGS: tuple[Setting, ...] = (
                                    "digits, . _ -", "5d4d1c4e1e0b8a7b2d3c6f9e8a7b6c5d4e3f2a1b")),
     Setting("vllm_omni_model_directory", DEPLOYMENT, None, "path (controller)",
             "With vllm_omni_model_source `directory`: the controller directory holding the model's files "
-            "(config.json, tokenizer, *.safetensors), e.g. a `hf download --local-dir` result. Not a system, "
-            "home or world-writable directory; deploy checks on the controller that it holds a model (config.json and "
-            "weights) and no link out of it other than into a Hugging Face cache.",
+            "(config.json, tokenizer, *.safetensors), e.g. a `hf download --local-dir` result. Not a system or "
+            "home directory (as a whole), nor in the system's trees; deploy checks on the controller that it holds "
+            "a model (config.json and weights) and no link out of it other than into a Hugging Face cache.",
             check_controller_dir),
     Setting("vllm_omni_artifact_port", DEPLOYMENT, 8873, "port",
             "The rsync daemon's port while a deploy fans wheel sets and weights out host to host (open to "

@@ -390,7 +390,7 @@ def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(tw
     out = " ".join(result.stdout.split())
     assert "--check: nothing was downloaded or written on the controller or the hosts; a deploy would:" in out, out[-4000:]
     assert "not filled on the controller: would download" in out and "bytes unknown" in out, out[-4000:]
-    assert "a deploy would make the CA and issue this router's certificate" in out, out[-4000:]
+    assert "a deploy would make the CA and issue the certificate of this router" in out, out[-4000:]
     # Nothing at all on the controller: no wheel set, model, manifest, discovery, report, CA or certificate.
     written = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
     record("check_empty_cache", controller_written=written)

@@ -379,7 +379,8 @@ def test_a_limit_leaving_out_the_router_of_a_new_pipeline_is_refused_then_the_pi
 
 
 def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(two_hosts, tmp_path):
-    base = two_hosts(**LIMIT_BASE)
+    # A setting of every serving pipeline changes: --check shows the roll it would do, and does none of it.
+    base = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "check"})
     before = {host: host_state(host) for host in ("lab-1", "lab-2")}
     cache = tmp_path / "empty-cache"
     cache.mkdir()
@@ -391,6 +392,7 @@ def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(tw
     assert "--check: nothing was downloaded or written on the controller or the hosts; a deploy would:" in out, out[-4000:]
     assert "not filled on the controller: would download" in out and "bytes unknown" in out, out[-4000:]
     assert "a deploy would make the CA and issue the certificate of this router" in out, out[-4000:]
+    assert "lab-2: would drain omni0 from the routers, restart, check and re-admit" in out, out[-4000:]
     # Nothing at all on the controller: no wheel set, model, manifest, discovery, report, CA or certificate.
     written = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
     record("check_empty_cache", controller_written=written)

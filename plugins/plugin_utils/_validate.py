@@ -582,7 +582,10 @@ def _user_stage_key(settings: dict, setting_name: str, layout: str, role: str, k
 
 def check_engine_rules(context: Deployment, problems: Problems) -> None:
     """Every override against the rules the engine of this version checks itself: one value at a time,
-    and between the arguments of one stage (with the engine's own values for what the user left alone)."""
+    and between the arguments of one stage (with the engine's own values for what the user left alone).
+
+    A stage default max_tokens above the stage's context is not refused: the engine accepts it and stops the
+    answer at the context (data/engine_rules.yml not_refused, checked by tests/conformance/test_engine_rules.py)."""
     engine, settings, layout = context.engine, context.settings, context.layout
     rules = _engine_data.engine_rules(engine.version)
     if not rules:
@@ -610,8 +613,7 @@ def check_engine_rules(context: Deployment, problems: Problems) -> None:
                            f"set {label} to a value the engine accepts, or remove it (the stage's default is "
                            f"{show((base_args if kind == 'engine_args' else base_sampling).get(key, 'the engine default'))})")
         args = {**base_args, **user["engine_args"]}
-        sampling = {**base_sampling, **user["sampling"]}
-        user_args, user_sampling = set(user["engine_args"]), set(user["sampling"])
+        user_args = set(user["engine_args"])
         model_len = args.get("max_model_len") or rules.get("model_max_len", {}).get(settings["vllm_omni_model"])
         cross = rules.get("cross", {})
         batched, seqs = args.get("max_num_batched_tokens"), args.get("max_num_seqs")
@@ -638,17 +640,6 @@ def check_engine_rules(context: Deployment, problems: Problems) -> None:
                                   max_num_seqs=seqs),
                    f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {seqs} "
                    "or lower max_num_seqs")
-        max_tokens = sampling.get("max_tokens")
-        if ("max_tokens_above_model_len" in cross and ("max_tokens" in user_sampling or "max_model_len" in user_args)
-                and isinstance(max_tokens, int) and isinstance(model_len, int) and max_tokens > model_len):
-            label = (_user_stage_key(settings, "vllm_omni_stage_sampling_params", layout, role, "max_tokens")
-                     if "max_tokens" in user_sampling else
-                     _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role, "max_model_len"))
-            refuse(label, f"gives the {role} stage a default max_tokens {max_tokens} above its max_model_len "
-                   f"{model_len}, so {vllm} refuses every request that relies on the default: "
-                   + _engine_rule(cross["max_tokens_above_model_len"], max_tokens=max_tokens, max_model_len=model_len),
-                   f"set vllm_omni_stage_sampling_params.{role}.max_tokens to at most {model_len}, or raise "
-                   f"vllm_omni_stage_engine_args.{role}.max_model_len")
 
 
 def _base_memory(engine: EngineVersion, role: str, stage_id: int) -> float:

@@ -56,6 +56,7 @@ NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's package: a w
 PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"  # Debian's and EPEL's package alike
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"  # ARGS= of the packaged unit
 PROMETHEUS_TARGETS_DIR = "/etc/prometheus/vllm-omni"
+PROMETHEUS_RULES = "/etc/prometheus/vllm-omni.rules.yml"  # the plan's alert rules (prometheus.yml loads them)
 # Wheel sets on the hosts, one directory each (plan["artifacts"]): kept, so a host serves the next one and a
 # re-run transfers nothing; prune takes away the sets the plan no longer has.
 HOST_WHEELHOUSE = "/var/cache/vllm-omni/wheelhouse"
@@ -225,7 +226,8 @@ def _monitoring_part(plan: dict, host: str) -> dict:
         "accounts": [],
         "directories": [_directory(PROMETHEUS_TARGETS_DIR, "monitoring")],
         # The package's own files: written by us, left in place (package defaults would be gone anyway).
-        "files": [_file(PROMETHEUS_CONFIG, f"{host}/prometheus/prometheus.yml", "monitoring"),
+        "files": [_file(PROMETHEUS_RULES, "prometheus/rules.yml", "monitoring"),  # before the config that loads it
+                  _file(PROMETHEUS_CONFIG, f"{host}/prometheus/prometheus.yml", "monitoring"),
                   _file(PROMETHEUS_DEFAULTS, f"{host}/prometheus/defaults", "monitoring"), *targets],
         "units": [],
         "venvs": [],

@@ -286,6 +286,7 @@ def prometheus_config(plan: dict, host: str, scrape_configs: list[dict]) -> str:
     document = {
         "global": {"scrape_interval": PROMETHEUS_SCRAPE_INTERVAL, "evaluation_interval": PROMETHEUS_SCRAPE_INTERVAL,
                    "external_labels": {"deployment": "vllm-omni"}},
+        "rule_files": [_footprint.PROMETHEUS_RULES],
         "scrape_configs": [*scrape_configs, {"job_name": "prometheus", "static_configs": [{"targets": [listen]}]}],
     }
     return (f"# {_footprint.PROMETHEUS_CONFIG}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"

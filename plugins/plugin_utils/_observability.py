@@ -1,10 +1,11 @@
 # PRIVATE to the collection: may change or disappear in any release.
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""Prometheus targets and scrape configuration, from the plan.
+"""Prometheus targets, scrape configuration and alert rules, from the plan.
 
 Every engine pipeline, router and Mooncake master of the plan becomes a file_sd target whose labels
-say what it is (host, pipeline, GPUs, backend), so dashboards group by them. Serialisation only.
+say what it is (host, pipeline, GPUs, backend), so dashboards group by them. The alert rules query
+only the metric names of data/metrics.yml (tests/unit/test_metrics.py holds them to it). Serialisation only.
 """
 
 from __future__ import annotations
@@ -51,11 +52,61 @@ def scrape_configs(plan: dict, targets_dir: str) -> list[dict]:
             for stem in targets(plan)]
 
 
+def alert_rules(plan: dict) -> list[dict]:
+    """The deployment's alert rules (one Prometheus rule group). The PD ones only where the layout is pd;
+    the engine-metric ones never fire on the simulator, whose /metrics has none of the engine's names."""
+    engine = 'job="vllm-omni-engine"'
+    objective = float(plan["settings"].get("vllm_omni_alert_ttft_seconds", {}).get("value", 2.0))
+    rules = [
+        {"alert": "VllmOmniEngineDown", "expr": f"up{{{engine}}} == 0", "for": "1m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "Pipeline {{ $labels.pipeline }} on {{ $labels.host }} does not answer /metrics",
+                         "description": "Its unit: journalctl -a -u vllm-omni@{{ $labels.pipeline }} on {{ $labels.host }}."}},
+        {"alert": "VllmOmniRouterDown", "expr": 'up{job="vllm-omni-router"} == 0', "for": "1m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "The router on {{ $labels.host }} does not answer /metrics",
+                         "description": "journalctl -a -u vllm-omni-router on {{ $labels.host }}."}},
+        {"alert": "VllmOmniTTFTOverObjective",
+         "expr": ("histogram_quantile(0.99, sum by (host, pipeline, le) "
+                  f"(rate(vllm:time_to_first_token_seconds_bucket{{{engine}}}[10m]))) > {objective:g}"),
+         "for": "10m", "labels": {"severity": "warning"},
+         "annotations": {"summary": f"TTFT p99 of {{{{ $labels.pipeline }}}} on {{{{ $labels.host }}}} is over "
+                                    f"the objective ({objective:g} s, vllm_omni_alert_ttft_seconds)",
+                         "description": "p99 over 10 minutes: {{ $value | humanizeDuration }}."}},
+    ]
+    if plan["layout"] == "pd":
+        rules += [
+            # FinishReason.ERROR: "a retryable request-level internal error (e.g., KV load failure)".
+            {"alert": "VllmOmniPDHandoffFailures",
+             "expr": (f'sum by (host, pipeline) (increase(vllm:request_success_total{{{engine}, finished_reason="error"}}'
+                      "[5m])) > 0"),
+             "labels": {"severity": "critical"},
+             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} ended in an engine "
+                                        "error (a failed KV load among them) in the last 5 minutes",
+                             "description": "{{ $value }} request(s); the pipeline's journal shows the connector's lines."}},
+            # reason="deferred": waiting on something other than batch room; on a PD decode stage, remote KV.
+            {"alert": "VllmOmniDecodeWaitingForKV",
+             "expr": f'max by (host, pipeline) (vllm:num_requests_waiting_by_reason{{{engine}, reason="deferred"}}) > 0',
+             "for": "5m", "labels": {"severity": "warning"},
+             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} have waited 5 minutes "
+                                        "on something other than capacity (decode: the prefill's KV)",
+                             "description": "{{ $value }} request(s) deferred; a decode holding them keeps their KV "
+                                            "blocks until the transfer times out."}},
+        ]
+    return [{"name": "vllm-omni", "rules": rules}]
+
+
+def rules_text(plan: dict) -> str:
+    return ("# Rendered by vllm_omni.serve from the plan: the deployment's alert rules (promtool check rules).\n"
+            + _yaml.dump({"groups": alert_rules(plan)}))
+
+
 def prometheus_files(plan: dict, targets_dir: str) -> dict[str, str]:
-    """{relative path: text}: targets/<stem>.json for file_sd, and scrape-configs.yml to include."""
+    """{relative path: text}: targets/<stem>.json for file_sd, scrape-configs.yml to include, rules.yml."""
     # One target group per line: readable diffs, and the C encoder (indent= would fall back to Python).
     files = {f"targets/{stem}.json": "[\n" + ",\n".join(json.dumps(g, sort_keys=True) for g in groups) + "\n]\n"
              for stem, groups in targets(plan).items()}
     files["scrape-configs.yml"] = ("# Rendered by vllm_omni.serve from the plan: the deployment's scrape jobs.\n"
                                    + _yaml.dump({"scrape_configs": scrape_configs(plan, targets_dir)}))
+    files["rules.yml"] = rules_text(plan)
     return files

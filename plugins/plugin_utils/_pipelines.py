@@ -215,6 +215,8 @@ def argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dic
         "--served-model-name", served,
         engine.config_flag, paths["stage_config"],
         "--init-timeout", timeout, "--stage-init-timeout", timeout,
+        # /metrics: vLLM-Omni's is empty without it (data/metrics.yml lists what it then exports).
+        "--log-stats",
     ]
 
 
@@ -261,7 +263,7 @@ def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, p
         deployment.engine.config_flag, paths["stage_config"],
         "--stage-init-timeout", str(settings["vllm_omni_init_timeout"]),
         "--stage-id", str(stage_id), "--omni-master-address", master[0], "--omni-master-port", str(master[1]),
-        "--omni-replica-address", ip,
+        "--omni-replica-address", ip, "--log-stats",
     ]
 
 

@@ -238,7 +238,7 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
         if key not in cache:
             cache[key] = _firewall.peers_text(plan)
         return cache[key]
-    if key.startswith("prometheus/targets/"):
+    if key.startswith("prometheus/targets/") or key == "prometheus/rules.yml":
         if "prometheus" not in cache:
             cache["prometheus"] = _observability.prometheus_files(plan, plan["monitoring"]["targets_dir"])
         return cache["prometheus"][key.removeprefix("prometheus/")]

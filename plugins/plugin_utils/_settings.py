@@ -712,6 +712,9 @@ SETTINGS: tuple[Setting, ...] = (
             check_bool),
     Setting("vllm_omni_prometheus_port", DEPLOYMENT, 9090, "port", "Prometheus web/API port on the monitoring hosts.",
             lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_alert_ttft_seconds", DEPLOYMENT, 2.0, "seconds",
+            "Alert rule TTFT objective: p99 time to first token of a pipeline over 10 minutes above this fires "
+            "VllmOmniTTFTOverObjective.", lambda v, n: check_float(v, n, 0.0, 3600.0, low_open=True)),
     # Read by playbooks.
     Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",

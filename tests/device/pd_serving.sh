@@ -10,6 +10,9 @@
 #   tests/device/pd_serving.sh run [--compile-bytecode] [--ready-timeout S] NAME=RENDER[:stock|:sandbox]...
 #                                                      unpack once, then serve and measure each scenario
 #                                                      (tests/device/pd_serving.py); results land in $OUT
+#   tests/device/pd_serving.sh bench [--spec JSON] NAME=RENDER...
+#                                                      the bench harness (vllm bench serve) on each render and
+#                                                      the engine's /metrics (tests/device/bench_pd_vs_aggregated.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=/srv/stage
@@ -21,7 +24,7 @@ case "$command" in
     for file in "$@"; do cp "$file" "$stage/in/"; done
     ls -l "$stage/in"
     ;;
-  run|imports)
+  run|imports|bench)
     if [ ! -d "$stage/site" ]; then
       tests/device/unpack_payload.sh "$stage" "$stage"/in/engine.tar.xz.part*
     fi
@@ -31,11 +34,14 @@ case "$command" in
     nvidia-smi --query-gpu=index,name,memory.used,memory.total,driver_version --format=csv,noheader
     echo "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 -V), $(ldd --version | head -1), $(uname -r)"
     find /dev -maxdepth 1 -name 'nvidia*' -exec ls -l {} + 2>/dev/null | head -4
+    if [ "$command" = bench ]; then
+      PYTHONUNBUFFERED=1 exec python3 tests/device/bench_pd_vs_aggregated.py --out "${OUT:-/tmp/out}" "$@"
+    fi
     if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,16p' "$0" >&2
     exit 2
     ;;
 esac

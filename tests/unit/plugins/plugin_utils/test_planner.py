@@ -172,7 +172,7 @@ def test_argv_is_the_exact_engine_command_with_the_versions_flag():
         "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/vllm", "serve", "Qwen/Qwen3-Omni-30B-A3B-Instruct", "--omni",
         "--host", "10.0.0.11", "--port", "8091", "--served-model-name", "qwen3-omni",
         "--stage-configs-path", "/etc/vllm-omni/omni0/stage_config.yaml",
-        "--init-timeout", "1800", "--stage-init-timeout", "1800",
+        "--init-timeout", "1800", "--stage-init-timeout", "1800", "--log-stats",
     ]
 
 

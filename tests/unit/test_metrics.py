@@ -1,0 +1,124 @@
+"""One list of metric names (data/metrics.yml): the dashboard and the alert rules query only names on it,
+and the engine's names are on the engine's /metrics fixture. The rendered rules pass `promtool check rules`
+where promtool is at hand (on PATH, or the lab's rootfs: Debian's prometheus package)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from unitlib import REPO
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability
+
+DATA = yaml.safe_load((REPO / "data" / "metrics.yml").read_text())
+DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json").read_text())
+GOLDEN_PLAN = json.loads((REPO / "tests" / "golden" / "pd-1host-3gpu" / "expected" / "plan.json").read_text())
+SUFFIXES = ("_bucket", "_count", "_sum")
+PROMQL_WORDS = {"sum", "by", "rate", "increase", "max", "min", "count", "histogram_quantile", "up", "or", "and",
+                "le", "without", "on", "avg", "time", "vector", "offset", "bool", "ignoring", "group_left"}
+
+
+def known() -> dict[str, dict]:
+    return {name: spec for exporter in DATA.values() for name, spec in exporter["metrics"].items()}
+
+
+def names_in(expr: str) -> set[str]:
+    """Metric names of a PromQL expression: identifiers (with colons) followed by { or [ or standing alone."""
+    stripped = re.sub(r'\{[^}]*\}', "{}", re.sub(r'"[^"]*"', '""', expr))
+    found = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", stripped)) - PROMQL_WORDS
+    return {name for name in found if not re.fullmatch(r"\d+|[smhd]", name)} - {"host", "pipeline", "stage", "reason",
+                                                                               "from_stage", "to_stage", "worker", "Hostname"}
+
+
+def base(name: str) -> str:
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and name.removesuffix(suffix) in known():
+            return name.removesuffix(suffix)
+    return name
+
+
+def dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in DASHBOARD["panels"] if p["type"] != "row" for t in p["targets"]]
+
+
+def rule_exprs(plan: dict) -> list[str]:
+    return [rule["expr"] for group in _observability.alert_rules(plan) for rule in group["rules"]]
+
+
+def test_the_dashboard_and_the_rules_query_only_listed_names():
+    listed = set(known()) | {"DCGM_FI_DEV_FB_USED"}  # the GPU panel's exporter (not installed by the collection)
+    for expr in dashboard_exprs() + rule_exprs(GOLDEN_PLAN):
+        unknown = {base(n) for n in names_in(expr)} - listed
+        assert not unknown, f"{expr}: {sorted(unknown)} not in data/metrics.yml"
+
+
+def test_the_panels_and_rules_the_issue_asks_for_exist():
+    titles = " | ".join(p["title"] for p in DASHBOARD["panels"])
+    for wanted in ("TTFT", "ITL", "Queue", "KV cache usage", "KV hand-offs"):
+        assert wanted in titles
+    alerts = {r["alert"] for g in _observability.alert_rules(GOLDEN_PLAN) for r in g["rules"]}
+    assert {"VllmOmniEngineDown", "VllmOmniPDHandoffFailures", "VllmOmniDecodeWaitingForKV",
+            "VllmOmniTTFTOverObjective"} <= alerts
+
+
+def test_the_ttft_objective_is_the_plans_setting():
+    plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
+                                        "vllm_omni_alert_ttft_seconds": {"value": 0.75, "source": "inventory"}}}
+    (ttft,) = [r for g in _observability.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniTTFTOverObjective"]
+    assert ttft["expr"].endswith("> 0.75") and "0.75 s" in ttft["annotations"]["summary"]
+
+
+def test_aggregated_layouts_have_no_pd_rules():
+    alerts = {r["alert"] for g in _observability.alert_rules({**GOLDEN_PLAN, "layout": "aggregated"}) for r in g["rules"]}
+    assert "VllmOmniPDHandoffFailures" not in alerts and "VllmOmniEngineDown" in alerts
+
+
+def fixture_names(path: Path) -> set[str]:
+    names = set()
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            names.add(re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line).group(0))
+    return names
+
+
+def test_every_listed_engine_name_is_on_the_engines_metrics_fixture():
+    engine = DATA["engine"]
+    path = REPO / engine["fixture"]
+    text = path.read_text()
+    exposed = fixture_names(path)
+    for name, spec in engine["metrics"].items():
+        wanted = {f"{name}{s}" for s in SUFFIXES} if spec["type"] == "histogram" else {name}
+        assert wanted & exposed, f"{name} ({spec['type']}) is not on {engine['fixture']}"
+        for label in spec["labels"]:
+            assert re.search(rf"^{re.escape(name)}\w*{{[^}}]*\b{label}=", text, re.M), f"{name} has no label {label}"
+    # Until the real engine's /metrics replaces it, the fixture says where it comes from.
+    if "DERIVED FROM SOURCE" in text:
+        assert text.startswith("# DERIVED FROM SOURCE, NOT CAPTURED")
+
+
+def promtool() -> str | None:
+    cache = os.environ.get("VLLM_OMNI_CACHE") or str(Path.home() / ".cache" / "vllm-omni-serve")
+    found = shutil.which("promtool") or next(iter(sorted(glob.glob(f"{cache}/lab/rootfs-*/usr/bin/promtool"))), None)
+    if found and subprocess.run([found, "--version"], capture_output=True, check=False).returncode == 0:
+        return found
+    return None
+
+
+@pytest.mark.parametrize("layout", ["pd", "aggregated"])
+def test_rendered_rules_pass_promtool(tmp_path, layout):
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
+    rules = tmp_path / "vllm-omni.rules.yml"
+    rules.write_text(_observability.rules_text({**GOLDEN_PLAN, "layout": layout}))
+    result = subprocess.run([tool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr

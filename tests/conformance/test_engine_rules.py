@@ -204,7 +204,7 @@ def test_engine_rules_are_what_the_engine_does(request, version, engines):
     problems = _settle([(label, _disagreement(label, expect, answers[probe_id], thinker_context))
                         for label, probe_id, expect in expectations if expect["expect"] == "refuse"],
                        [(label, _disagreement(label, expect, answers[probe_id], thinker_context))
-                          for label, probe_id, expect in expectations if expect["expect"] != "refuse"])
+                        for label, probe_id, expect in expectations if expect["expect"] != "refuse"])
     checked = sorted({label for label, _unused, _expect in expectations})
     report = {"version": version, "rules_checked": checked, "probes": len(probes), "disagreements": problems,
               "unchecked": {f"{s}.{n}": why for (s, n), why in UNCHECKED.items()}}

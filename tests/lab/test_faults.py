@@ -278,8 +278,8 @@ def test_api_key_rotation_and_certificate_renewal_under_load_drop_no_request(two
     NEW_KEY_FILE.write_text(new + "\n")
     mark = env_mark("lab-1", "omni0").partition("=")[2].strip('"')  # what the earlier tests left, if any
     same = {"vllm_omni_extra_env": {"ROLLOUT_MARK": mark}} if mark else {}
-    pipelines = {(h, p): started_at(h, f"vllm-omni@{p}") for h, p in (("lab-1", "omni0"), ("lab-1", "omni1"),
-                                                                     ("lab-2", "omni0"))}
+    pipelines = {(h, p): started_at(h, f"vllm-omni@{p}")
+                 for h, p in (("lab-1", "omni0"), ("lab-1", "omni1"), ("lab-2", "omni0"))}
     nginx = on("lab-1", "systemctl show -p MainPID --value nginx").strip()
     certificate = served_certificate()
     timings = {}

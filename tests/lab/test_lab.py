@@ -237,6 +237,9 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     conformance = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve")) / "models" / \
         "0.26.0" / "hub" / "models--Qwen--Qwen3-Omni-30B-A3B-Instruct" / "snapshots" / "conformance" / "config.json"
     shutil.copy(conformance, model / "config.json")
+    # A model directory must hold weights to be staged (the deploy door refuses one without): an empty but
+    # valid safetensors file (an 8-byte header length, then the header "{}"). The config check loads none.
+    (model / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": list(range(6))}}}},
                          {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
                           "vllm_omni_model_source": "directory", "vllm_omni_model_directory": str(model),
@@ -300,7 +303,8 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
                                     "vllm_omni_router": {"hosts": {"lab-1": None}}},
                          {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
                           "vllm_omni_audio_output": False})
-    result = playbook("deploy.yml", inventory, "--limit", "lab-1,localhost", "--tags", "firewall,mooncake,engine",
+    # The spanning pipeline's hosts together (a limit that splits it is refused); lab-3 stays out.
+    result = playbook("deploy.yml", inventory, "--limit", "lab-1,lab-2,localhost", "--tags", "firewall,mooncake,engine",
                       "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
     checked = result.stdout.split("Engine | the installed engine accepts each candidate")[1].split("TASK [")[0]
     assert "ok: [lab-1] => (item=omni-span0)" in checked and "ok: [lab-1] => (item=omni0)" in checked, checked
@@ -325,7 +329,7 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
         time.sleep(2)
     assert not reaches("lab-3", head["kv_ip"], master)
     # The registration from lab-2's address, through lab-1's firewall: the controller's engine venv in lab-2's
-    # network namespace (lab-2 itself has no engine installed here).
+    # network namespace (the same packages as lab-2's own venv).
     headless = subprocess.run([*LAB, "net", "lab-2", "--", str(ensure_engine("0.26.0") / "bin" / "python"),
                                str(REPO / "tests" / "lab" / "stage_handshake.py"), "headless", head["kv_ip"], str(master),
                                "1", replica], capture_output=True, text=True, timeout=300, check=False)

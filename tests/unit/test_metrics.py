@@ -34,8 +34,8 @@ def names_in(expr: str) -> set[str]:
     """Metric names of a PromQL expression: identifiers (with colons) followed by { or [ or standing alone."""
     stripped = re.sub(r'\{[^}]*\}', "{}", re.sub(r'"[^"]*"', '""', expr))
     found = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", stripped)) - PROMQL_WORDS
-    return {name for name in found if not re.fullmatch(r"\d+|[smhd]", name)} - {"host", "pipeline", "stage", "reason",
-                                                                               "from_stage", "to_stage", "worker", "Hostname"}
+    labels = {"host", "pipeline", "stage", "reason", "from_stage", "to_stage", "worker", "Hostname"}
+    return {name for name in found if not re.fullmatch(r"\d+|[smhd]", name)} - labels
 
 
 def base(name: str) -> str:

@@ -257,8 +257,9 @@ def report_markdown(report: dict) -> str:
             f"| {_fmt(r['itl_ms']['p50'], 2)} / {_fmt(r['itl_ms']['p99'], 2)} | {_fmt(r['e2el_ms']['p50'])} |")
     failed = [r for r in report["cells"] if r["failed"]]
     if failed:
-        lines += ["", "Failures: " + "; ".join(f"ISL {r['input_len']} OSL {r['output_len']} c{r['concurrency']}: "
-                                                 f"{r['failed']} ({', '.join(r['errors']) or 'no detail'})" for r in failed)]
+        lines += ["", "Failures: " + "; ".join(
+            f"ISL {r['input_len']} OSL {r['output_len']} c{r['concurrency']}: "
+            f"{r['failed']} ({', '.join(r['errors']) or 'no detail'})" for r in failed)]
     if meta.get("plots"):
         lines += ["", *[f"![{name}]({name})" for name in meta["plots"]]]
     return "\n".join(lines) + "\n"
@@ -395,8 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cells = sub.add_parser("grid")
-    cells.add_argument("--spec", required=True, help="JSON: input_lens, output_lens, concurrency, prompts_min, "
-                                                      "prompts_per_concurrency")
+    cells.add_argument("--spec", required=True,
+                       help="JSON: input_lens, output_lens, concurrency, prompts_min, prompts_per_concurrency")
     client = sub.add_parser("client")
     client.add_argument("--url", required=True)
     client.add_argument("--grid", required=True)

@@ -398,3 +398,31 @@ def test_check_diff_on_an_empty_controller_cache_downloads_and_writes_nothing(tw
     record("check_empty_cache", controller_written=written)
     assert written == [], written
     assert {host: host_state(host) for host in before} == before
+
+
+def test_bench_runs_a_tiny_grid_through_the_front_door_and_compares(two_hosts, tmp_path):
+    """vllm_omni.serve.bench against the simulator: report.json, report.md, PNGs; compare on two reports."""
+    out = tmp_path / "bench"
+    grid = json.dumps({"bench_input_lens": [16], "bench_output_lens": [8], "bench_concurrency": [1, 2],
+                       "bench_prompts_min": 2, "bench_prompts_per_concurrency": 2})
+    started = time.monotonic()
+    result = playbook("bench.yml", two_hosts(), "-e", f"bench_output_dir={out}", "-e", "bench_label=sim", "-e", grid)
+    seconds = time.monotonic() - started
+    assert "faults-test-key" not in result.stdout + result.stderr  # the key is never printed
+    report = json.loads((out / "report.json").read_text())
+    meta, cells = report["meta"], report["cells"]
+    assert meta["simulator"] is True and meta["harness"] == "builtin" and meta["url"] == ROUTER and meta["label"] == "sim"
+    assert (meta["pipelines"], meta["gpus"]) == (3, 9)
+    assert [(c["concurrency"], c["num_prompts"], c["failed"]) for c in cells] == [(1, 2, 0), (2, 4, 0)]
+    assert all(c["completed"] == c["num_prompts"] and c["ttft_ms"]["p50"] > 0 and c["output_throughput"] > 0
+               for c in cells), cells
+    assert "SIMULATOR" in (out / "report.md").read_text() and "SIMULATOR" in result.stdout
+    for name in ("ttft.png", "itl.png", "throughput.png", "throughput_per_gpu.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG", name
+    compared = tmp_path / "compare"
+    playbook("bench.yml", two_hosts(), "-e", f"bench_output_dir={compared}",
+             "-e", json.dumps({"bench_compare": [str(out / "report.json"), str(out / "report.json")]}))
+    text = (compared / "compare.md").read_text()
+    assert "| 16 | 8 | 2 | TTFT p50 ms |" in text and (compared / "compare_ttft.png").is_file()
+    record("bench_tiny_grid", seconds=round(seconds), cells=[{k: c[k] for k in ("concurrency", "completed")}
+                                                             | {"ttft_p50_ms": c["ttft_ms"]["p50"]} for c in cells])

@@ -299,7 +299,9 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
     lab("up", "--hosts", "3", "--releases", TRIXIE)
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]},
                                                             "lab-2": {"vllm_omni_gpus": [0]},
-                                                            "lab-3": {"vllm_omni_gpus": [0, 1]}}},
+                                                            # Outside the limit, never discovered: its platform said.
+                                                            "lab-3": {"vllm_omni_gpus": [0, 1],
+                                                                      "vllm_omni_host_platform": "debian12"}}},
                                     "vllm_omni_router": {"hosts": {"lab-1": None}}},
                          {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
                           "vllm_omni_audio_output": False})

@@ -14,6 +14,7 @@ import re
 import ssl
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -244,11 +245,16 @@ EVERY_SECRET = {"vllm_omni_api_key": KEY, "vllm_omni_api_keys[0]": CLIENT_KEY, "
 
 
 def test_the_key_is_never_printed_even_at_vvv(deployed):
-    """deploy, upgrade and status at -vvv with every secret set (the API key, the keys clients may send, the
-    hub token, the engines' HF token), and a smoke test that fails (the router stopped): no secret anywhere."""
+    """deploy, upgrade, status and bench at -vvv with every secret set (the API key, the keys clients may send,
+    the hub token, the engines' HF token), and a smoke test that fails (the router stopped): no secret anywhere."""
     inventory_dir = inventory(deployed, vllm_omni_api_keys=[CLIENT_KEY, KEY], vllm_omni_hf_token=HF_TOKEN,
                               engine_hf_token=ENGINE_HF_TOKEN)
     outputs = {name: playbook(name, inventory_dir, "-vvv") for name in ("deploy.yml", "upgrade.yml", "status.yml")}
+    # bench through the front door with the client key (one cell, two requests: it is the output that counts).
+    with tempfile.TemporaryDirectory() as bench_dir:
+        outputs["bench.yml"] = playbook("bench.yml", inventory_dir, "-vvv", "-e", json.dumps(
+            {"bench_output_dir": bench_dir, "bench_input_lens": [16], "bench_output_lens": [8],
+             "bench_concurrency": [1], "bench_prompts_per_concurrency": 2, "bench_prompts_min": 2}))
     on("lab-1", "systemctl stop vllm-omni-router")
     try:
         outputs["smoke (failing)"] = playbook("deploy.yml", inventory_dir, "--tags", "smoke", "-vvv", check=False)
@@ -277,6 +283,7 @@ def test_disabling_the_firewall_removes_only_our_table(deployed):
 LAB_EXEC = [sys.executable, str(REPO / "tests" / "lab" / "lab.py"), "exec"]
 ENGINE_PROFILE = """
 import sys
+import tempfile
 sys.path.insert(0, ".collection")
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._hardening import unit_hardening
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import directives_text

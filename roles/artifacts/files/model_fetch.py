@@ -21,8 +21,9 @@ Why it is built this way:
 * A verified copy is recorded in ``DIR/../<basename>.verified.json`` (commit, and each file's size
   and mtime_ns). A re-run whose stamp still matches DIR downloads and hashes nothing; when the
   revision is a full commit sha it does not even ask the hub.
-* The token comes only from the environment (``HF_TOKEN``), never from the command line, and is
-  never printed. ``HF_ENDPOINT`` (read by huggingface_hub itself) or ``--endpoint`` picks a mirror.
+* The token comes only from stdin (``--token-stdin``: Ansible's -vvv prints a task's environment, not
+  its stdin) or the environment (``HF_TOKEN``), never from the command line, and is never printed.
+  ``HF_ENDPOINT`` (read by huggingface_hub itself) or ``--endpoint`` picks a mirror.
 
 Prints progress on stderr and, on success, exactly one JSON line on stdout:
 ``{"repo": ..., "commit": ..., "files": N, "bytes": TOTAL, "fetched": true|false}``, where bytes is
@@ -80,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--revision", required=True, help="branch, tag or commit")
     parser.add_argument("--out", required=True, help="directory that will hold exactly the revision's files")
     parser.add_argument("--endpoint", default=None, help="hub URL (default: $HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("--token-stdin", action="store_true",
+                        help="read the token from the first line of stdin (else $HF_TOKEN)")
     parser.add_argument("--dry-run", action="store_true",
                         help="download and write nothing: say what a fetch would bring (--check)")
     return parser.parse_args(argv)
@@ -397,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     # The planner refuses a token with surrounding whitespace; a helper run by hand gets the same token the hub
     # would accept (a trailing newline would make every request fail, and error messages repeat it).
-    raw = os.environ.get("HF_TOKEN") or None
+    raw = (sys.stdin.readline().rstrip("\n") if args.token_stdin else os.environ.get("HF_TOKEN")) or None
     token = raw.strip() or None if raw else None
     try:
         report = (dry_run if args.dry_run else fetch)(args, checked_out(args.out), token)

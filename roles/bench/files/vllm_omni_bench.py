@@ -10,7 +10,7 @@ Subcommands (the bench playbook calls them; each also works by hand):
              The built-in streaming client (stdlib only): for each cell of GRID ({input_len, output_len,
              concurrency, num_prompts}) it sends num_prompts streamed chat completions, concurrency at a
              time, and records TTFT (first content chunk), ITL (gaps between content chunks), E2E, tokens.
-             The API key comes from $OPENAI_API_KEY (as for vLLM's own client), never from argv.
+             The API key comes from stdin (--key-stdin) or $OPENAI_API_KEY (as for vLLM's own client), never argv.
              Input lengths are words, not tokens (it has no tokenizer): the report says so.
     normalize --vllm-result CELL.json [...] --grid GRID.json --out RAW.json
              Turns `vllm bench serve --save-result` files (one per cell, in GRID's order) into RAW.
@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     client.add_argument("--ca-file")
     client.add_argument("--model", required=True)
     client.add_argument("--timeout", type=float, default=600.0)
+    client.add_argument("--key-stdin", action="store_true",
+                        help="read the API key from the first line of stdin (else $OPENAI_API_KEY)")
     normalize = sub.add_parser("normalize")
     normalize.add_argument("--vllm-result", action="append", required=True)
     normalize.add_argument("--grid", required=True)
@@ -429,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "client":
         grid_cells = json.loads(Path(args.grid).read_text())
         context = _context(args.ca_file) if args.url.startswith("https") else None
-        key = os.environ.get("OPENAI_API_KEY") or None
+        key = (sys.stdin.readline().strip() if args.key_stdin else os.environ.get("OPENAI_API_KEY")) or None
         cells = [run_cell(args.url, key, args.model, cell, args.timeout, context) for cell in grid_cells]
         Path(args.out).write_text(json.dumps({"harness": "builtin", "cells": cells}, indent=1) + "\n")
         failed = sum(c["failed"] for c in cells)

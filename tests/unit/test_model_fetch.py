@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -356,3 +357,13 @@ def test_a_token_with_whitespace_never_shows_in_any_form(mf, hub, tmp_path, caps
     text = stdout + stderr
     assert TOKEN not in text and repr(raw)[1:-1] not in text
     assert code == (0 if dry else 2)
+
+
+def test_the_token_can_come_on_stdin_instead_of_the_environment(mf, hub, tmp_path, capsys, monkeypatch):
+    """--token-stdin (what the artifacts role passes: a task's environment shows at -vvv, its stdin does not)."""
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(TOKEN + "\n"))
+    code, stdout, stderr = run(mf, capsys, tmp_path / "omni", "--token-stdin")
+    assert code == 0, stderr
+    assert hub.infos[0]["token"] == TOKEN and hub.downloads[0]["token"] == TOKEN
+    assert TOKEN not in stdout + stderr

@@ -296,7 +296,7 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
     sys.path.insert(0, str(REPO / "tests" / "conformance"))
     from conftest import ensure_engine  # the controller's engine venv (make conformance builds it first)
 
-    lab("up", "--hosts", "3", "--releases", TRIXIE)
+    lab("up", "--hosts", "3", "--releases", f"{TRIXIE},lab-2=trixie")  # both pipeline hosts: one wheel set
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]},
                                                             "lab-2": {"vllm_omni_gpus": [0]},
                                                             # Outside the limit, never discovered: its platform said.
@@ -306,7 +306,7 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
                          {"vllm_omni_engine_backend": "engine", "vllm_omni_version": "0.26.0",
                           "vllm_omni_audio_output": False})
     # The spanning pipeline's hosts together (a limit that splits it is refused); lab-3 stays out.
-    result = playbook("deploy.yml", inventory, "--limit", "lab-1,lab-2,localhost", "--tags", "firewall,mooncake,engine",
+    result = playbook("deploy.yml", inventory, "--limit", "lab-1,lab-2,localhost", "--tags", "artifacts,firewall,mooncake,engine",
                       "-e", '{"engine_install_only": true, "mooncake_import_check": false, "mooncake_tune_kernel": false}')
     checked = result.stdout.split("Engine | the installed engine accepts each candidate")[1].split("TASK [")[0]
     assert "ok: [lab-1] => (item=omni-span0)" in checked and "ok: [lab-1] => (item=omni0)" in checked, checked

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """PD against aggregated on one GPU with the bench playbook's harness, and the real engine's /metrics.
 
 Device side (issue 25; docs/gpu-evidence.md), after tests/device/pd_serving.sh staged the payload:

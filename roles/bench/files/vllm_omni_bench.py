@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 """vllm_omni.serve's benchmark tool: the load client of last resort, the report and the comparison.
@@ -206,7 +205,7 @@ def run_cell(url: str, key: str | None, model: str, cell: dict, timeout: float,
             with lock:
                 samples.append(sample)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(cell["concurrency"])]
+    threads = [threading.Thread(target=worker, daemon=True) for _index in range(cell["concurrency"])]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -313,7 +312,7 @@ def plot(reports: list[tuple[str, dict]], out: Path, prefix: str = "") -> list[s
                               label=f"{tag}ISL {isl} / OSL {osl}{suffix}")
         axis.set_xlabel("concurrency")
         axis.set_ylabel(ylabel)
-        simulator = any(r["meta"].get("simulator") for _, r in reports)
+        simulator = any(r["meta"].get("simulator") for _label, r in reports)
         axis.set_title(f"{ylabel} vs concurrency" + (" (SIMULATOR)" if simulator else ""))
         axis.grid(True, alpha=0.3)
         if axis.lines:

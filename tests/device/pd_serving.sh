@@ -10,9 +10,10 @@
 #   tests/device/pd_serving.sh run [--compile-bytecode] [--ready-timeout S] NAME=RENDER[:stock|:sandbox]...
 #                                                      unpack once, then serve and measure each scenario
 #                                                      (tests/device/pd_serving.py); results land in $OUT
-#   tests/device/pd_serving.sh bench [--spec JSON] NAME=RENDER...
+#   tests/device/pd_serving.sh bench [--spec JSON] [--fault STAGE] NAME=RENDER...
 #                                                      the bench harness (vllm bench serve) on each render and
 #                                                      the engine's /metrics (tests/device/bench_pd_vs_aggregated.py)
+#                                                      (--fault: kill -9 that stage under load and watch)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=/srv/stage
@@ -41,7 +42,7 @@ case "$command" in
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac

@@ -151,3 +151,47 @@ def test_sandbox_emulation_accounts_for_every_directive_of_the_engine_unit(tmp_p
     assert wanted["User"] == ["vllm-omni"] and wanted["ProtectSystem"] == ["strict"]
     unknown = set(wanted) - sandbox.EMULATED - sandbox.NOT_SANDBOX - set(sandbox.NOT_EMULATED)
     assert not unknown, f"the engine unit has directives tests/device/sandbox.py neither emulates nor lists: {unknown}"
+
+
+def test_bench_and_fault_rehearsal(tmp_path):
+    """tests/device/bench_pd_vs_aggregated.py on the stand-in: the grid through `vllm bench serve`, /metrics
+    before and after load, and --fault 0 (the prefill stage's process killed under load), all written to
+    bench.json, before any device minute is spent on it."""
+    if os.geteuid() != 0:
+        pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
+    roots = Path(f"/srv/vllm-omni-serve-rehearsal-bench-{os.getpid()}")
+    request_cleanup(roots)
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
+        "vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
+        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": free_port(),
+        "vllm_omni_bootstrap_port_base": free_port()}))
+    render = tmp_path / "render"
+    for path, text in render_tree(plan).items():
+        (render / path).parent.mkdir(parents=True, exist_ok=True)
+        (render / path).write_text(text)
+    stage = tmp_path / "stage"
+    (stage / "lib").mkdir(parents=True)
+    os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
+    (tmp_path / "torch").mkdir()
+    out = tmp_path / "out"
+    env = {**os.environ, "DEVICE_STAGE": str(stage), "DEVICE_TORCH_SITE": str(tmp_path / "torch"),
+           "PYTHONUNBUFFERED": "1"}
+    spec = {"input_lens": [16], "output_lens": [4], "concurrency": [1, 2], "prompts_min": 2, "prompts_per_concurrency": 1}
+    run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"), "--out", str(out),
+                          "--ready-timeout", "60", "--spec", json.dumps(spec), "--fault", "0", "--fault-window", "4",
+                          "--fault-after", "2", f"pd={render}"],
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    record, = json.loads((out / "bench.json").read_text())
+    assert [(c["concurrency"], c["completed"], c["failed"]) for c in record["report"]] == [(1, 2, 0), (2, 2, 0)]
+    for name in ("metrics-pd.prom", "metrics-pd-after-load.prom"):
+        assert "vllm:num_requests_running" in (out / name).read_text()
+    fault = record["fault"]
+    assert fault["stage"] == 0 and fault["killed_pid"] > 0 and fault["other_stages_alive_after"] == {"1": True}
+    assert fault["completed_before_kill"] > 0
+    # The stand-in fails requests and /health once a stage died; the device run measures what the real one does.
+    assert fault["health"][-1][1] == 503 and fault["health"][-1][0] < 1.5 and fault["server_exit"] is None
+    late = [r for r in fault["after_kill"] if r["started_s"] >= 0.5]  # the stand-in notices within 0.2 s
+    assert late and all(r["status"] == 500 for r in late)
+    assert "stage 0 engine died" in (out / "logs" / "pd-fault.log").read_text()
+    assert "log_offset" not in fault

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from test_faults import record  # measured numbers kept for docs/benchmarks.md
 from test_lab import KEY, LAB, lab, on, playbook, scenario  # the lab's own helpers (same directory)
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._upgrade import strip_secrets
@@ -58,6 +60,32 @@ def host_file(host: str, path: str) -> str:
 
 def stat(host: str, path: str) -> str:
     return on(host, f"stat -c '%U:%G %a' {path} 2>&1").strip()
+
+
+def engine_alerts(plan: dict) -> list[dict]:
+    """VllmOmniEngineDown alerts as the deployment's Prometheus (on lab-2) holds them, with their state."""
+    listen = plan["monitoring"]["per_host"]["lab-2"]["listen_address"]
+    answer = json.loads(on("lab-2", f"curl -s http://{listen}/api/v1/alerts") or "{}")
+    return [a for a in answer.get("data", {}).get("alerts", []) if a["labels"].get("alertname") == "VllmOmniEngineDown"]
+
+
+def engine_down_alert_fires_for_the_stopped_pipeline_only(plan: dict) -> None:
+    """Issue 25: a rule that fires. Prometheus scrapes every 15 s and evaluates every 15 s; the rule waits 1 min."""
+    pipelines = [p["name"] for p in plan["hosts"]["lab-1"]["pipelines"]]
+    assert engine_alerts(plan) == [], "an engine-down alert before any engine stopped"
+    stopped = pipelines[0]
+    on("lab-1", f"systemctl stop vllm-omni@{stopped}")
+    started = time.monotonic()
+    while time.monotonic() - started < 240:
+        firing = [a for a in engine_alerts(plan) if a["state"] == "firing"]
+        if firing:
+            break
+        time.sleep(5)
+    else:
+        pytest.fail(f"VllmOmniEngineDown did not fire within 240 s of stopping {stopped}: {engine_alerts(plan)}")
+    record("engine_down_alert", seconds_to_firing=round(time.monotonic() - started, 1))
+    assert [(a["labels"]["host"], a["labels"]["pipeline"]) for a in firing] == [("lab-1", stopped)], firing
+    assert "journalctl -a -u vllm-omni@" + stopped in firing[0]["annotations"]["description"]
 
 
 def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_hosts, tmp_path):
@@ -103,6 +131,8 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
                                   "\\( -path '*vllm-omni*' -o -path '*mooncake*' \\) 2>/dev/null").split())
         listed = {e["path"] for e in footprint["files"]}
         assert files_here <= listed, f"{host}: {sorted(files_here - listed)} are not in the footprint"
+
+    engine_down_alert_fires_for_the_stopped_pipeline_only(plan)
 
     # No vault needed to take a deployment away: the key is blanked and uninstall still runs.
     playbook("uninstall.yml", inventory_dir, "-e", "vllm_omni_api_key=")

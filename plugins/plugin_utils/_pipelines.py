@@ -28,7 +28,8 @@ PIPELINE_DROPIN = _footprint.PIPELINE_DROPIN
 # What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
 OWNED_ENV = frozenset({
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
-    "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "HF_HOME", "HF_HUB_OFFLINE",
+    "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT",
+    "HF_HOME", "HF_HUB_OFFLINE",
     "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT", "VLLM_OMNI_MODEL_SNAPSHOT",
 })
 
@@ -171,6 +172,14 @@ def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]
     return stages
 
 
+def mooncake_plan(settings: dict) -> dict:
+    """A PD pipeline's KV-transfer settings: the transport, and what happens when a hand-off fails or is never claimed."""
+    return {"protocol": settings["vllm_omni_mooncake_protocol"],
+            "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"]),
+            "kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"],
+            "abort_timeout": settings["vllm_omni_mooncake_abort_timeout"]}
+
+
 def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
     """The process's environment. ``ports`` with ``zmq`` (distributed processes): VLLM_PORT pins the
     ports vLLM and vLLM-Omni draw for themselves (the master's routes, the coordinator) to its slice."""
@@ -194,6 +203,9 @@ def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[s
             env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
         env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
         env["MC_MAX_RPC_PORT"] = str(ports["mooncake_rpc"][1])
+        # How long prefill keeps KV nobody pulled (decode: +60 s on its pull); vLLM's 480 s default holds a dead
+        # decode's share of prefill's KV cache for 8 minutes (vllm_omni_mooncake_abort_timeout).
+        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(settings["vllm_omni_mooncake_abort_timeout"])
         if settings["vllm_omni_mooncake_protocol"] == "tcp":
             # Without the pool, TCP transfers under load exhaust ephemeral ports (TIME_WAIT).
             env["MC_TCP_ENABLE_CONNECTION_POOL"] = "1"
@@ -465,8 +477,7 @@ class PipelineBuilder:
                      headless_argv(deployment, self.backend, ip, ports, paths, stage_id, engine.role, context.master)),
             "master": {"address": context.master[0], "port": context.master[1]},
             "placement": {"score": None, "explain": context.explain},
-            "mooncake": {"protocol": settings["vllm_omni_mooncake_protocol"],
-                         "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])},
+            "mooncake": mooncake_plan(settings),
         }
         entry["api_key_env"] = self._api_key_env(entry)
         entry["stage_config"] = self._stage_config_document(entry)
@@ -512,8 +523,7 @@ class PipelineBuilder:
             "placement": {"score": placement["score"], "explain": placement["explain"]},
         }
         if deployment.layout == "pd":
-            pipeline["mooncake"] = {"protocol": settings["vllm_omni_mooncake_protocol"],
-                                    "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"])}
+            pipeline["mooncake"] = mooncake_plan(settings)
         pipeline["api_key_env"] = self._api_key_env(pipeline)
         pipeline["stage_config"] = self._stage_config_document(pipeline)
         return pipeline

@@ -540,6 +540,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_mooncake_rdma_devices", DEPLOYMENT, [], "list of string",
             "RDMA devices Mooncake may use (e.g. `mlx5_0`); empty = auto-discover. Only with protocol rdma.",
             lambda v, n: check_string_list(v, n, r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "RDMA device names")),
+    Setting("vllm_omni_kv_load_failure_policy", DEPLOYMENT, "fail", "`fail` or `recompute`",
+            "PD: what a decode engine does when loading a request's KV from prefill fails (kv_transfer_config."
+            "kv_load_failure_policy). `fail` ends that request with an error (the client sees it, "
+            "VllmOmniPDHandoffFailures counts it); `recompute` prefills it again on decode, silently, at "
+            "decode's cost.",
+            lambda v, n: check_choice(v, n, ("fail", "recompute"))),
+    Setting("vllm_omni_mooncake_abort_timeout", DEPLOYMENT, 120, "seconds",
+            "PD: how long a prefill engine keeps a finished request's KV blocks for decode to pull before it "
+            "frees them (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT; vLLM's default is 480). Decode gives up on a "
+            "transfer 60 s after it. Long enough for a busy decode to schedule the request, short enough "
+            "that KV a dead or vanished decode never pulls is back within minutes.",
+            lambda v, n: check_int(v, n, 10, 3600)),
     Setting("vllm_omni_stage_engine_args", DEPLOYMENT, {}, "mapping",
             "Per-stage engine argument overrides: `{stage: {arg: value}}`. Stages: prefill, decode, "
             "talker, code2wav (pd) or thinker, talker, code2wav (aggregated); `thinker` in pd sets both "

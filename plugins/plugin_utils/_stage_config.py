@@ -104,6 +104,9 @@ def _kv_transfer_config(stage: dict, pipeline: dict, engine: EngineVersion) -> d
         # A distributed process's config names where each stage's engine is (its own, or engine 0 of the
         # other role); a single-process pipeline's stages all run at its address.
         "kv_ip": stage.get("kv_ip", pipeline["kv_ip"]),
+        # A failed KV load ends the request with an error (fail, vLLM 0.26's default, said on purpose) or
+        # prefills it again on decode (recompute): vllm_omni_kv_load_failure_policy.
+        "kv_load_failure_policy": mooncake.get("kv_load_failure_policy", "fail"),
         "kv_connector_extra_config": extra,
     }
 

@@ -392,7 +392,8 @@ def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | No
     if context.layout != "pd":
         for name in ("vllm_omni_mooncake_protocol", "vllm_omni_mooncake_rdma_devices", "vllm_omni_bootstrap_port_base",
                      "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
-                     "vllm_omni_prefill_replicas", "vllm_omni_decode_replicas"):
+                     "vllm_omni_prefill_replicas", "vllm_omni_decode_replicas", "vllm_omni_kv_load_failure_policy",
+                     "vllm_omni_mooncake_abort_timeout"):
             unused(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
     if not (context.replicated or context.spanning):
         for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",

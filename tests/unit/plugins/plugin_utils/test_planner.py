@@ -163,6 +163,20 @@ def test_tcp_protocol_enables_mooncakes_connection_pool():
     assert pipeline["environment"]["MC_TCP_ENABLE_CONNECTION_POOL"] == "1"
 
 
+def test_kv_failure_policy_and_abort_timeout_are_set_on_purpose_on_both_pd_stages():
+    (pipeline,) = pipelines(build_plan(one_host()))
+    kv = [stage["engine_args"]["kv_transfer_config"] for stage in pipeline["stage_config"]["stage_args"][:2]]
+    assert [c["kv_load_failure_policy"] for c in kv] == ["fail", "fail"]  # fail fast, not a silent recompute
+    assert pipeline["environment"]["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] == "120"  # not vLLM's 480
+    (tuned,) = pipelines(build_plan(one_host(vllm_omni_kv_load_failure_policy="recompute",
+                                             vllm_omni_mooncake_abort_timeout=300)))
+    assert {s["engine_args"]["kv_transfer_config"]["kv_load_failure_policy"]
+            for s in tuned["stage_config"]["stage_args"][:2]} == {"recompute"}
+    assert tuned["environment"]["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] == "300"
+    (aggregated,) = pipelines(build_plan(one_host(vllm_omni_layout="aggregated")))
+    assert "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT" not in aggregated["environment"]
+
+
 # --- environment and argv -----------------------------------------------------------------------
 
 

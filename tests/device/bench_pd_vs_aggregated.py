@@ -212,6 +212,8 @@ def main() -> int:
     parser.add_argument("--spec", default=json.dumps({"input_lens": [256, 1024], "output_lens": [64],
                                                       "concurrency": [1, 4, 16], "prompts_min": 8,
                                                       "prompts_per_concurrency": 4}))
+    parser.add_argument("--compile-bytecode", action="store_true",
+                        help="compileall the staged packages and the machine's first, as a venv build does")
     parser.add_argument("--fault", type=int, default=None, metavar="STAGE",
                         help="after a PD render's grid, kill -9 this stage id's engine process under load")
     parser.add_argument("--fault-window", type=float, default=60)
@@ -221,6 +223,8 @@ def main() -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     records = []
+    if args.compile_bytecode:
+        (out / "bytecode.json").write_text(json.dumps(serving.compile_bytecode(), indent=1))
     for item in args.scenarios:
         name, _sep, render = item.partition("=")
         records.append(bench(name, Path(render), out, logs, json.loads(args.spec), args.ready_timeout,

@@ -51,6 +51,8 @@ FRONTDOOR_API_KEYS = f"{FRONTDOOR_DIR}/api-keys.map"  # "Bearer <key>" 1; 0640 r
 FRONTDOOR_CERT = f"{FRONTDOOR_DIR}/server.pem"
 FRONTDOOR_CERT_KEY = f"{FRONTDOOR_DIR}/server.key"
 FRONTDOOR_CA = f"{FRONTDOOR_DIR}/ca.pem"  # the CA clients trust (the collection's own, or the operator's chain)
+# The served certificate's expiry as a Prometheus gauge (written by the frontdoor role, served at the door's /metrics).
+FRONTDOOR_METRICS = f"{FRONTDOOR_DIR}/metrics.prom"
 FRONTDOOR_ACCESS_LOG = "/var/log/nginx/vllm-omni.access.log"
 NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's package: a welcome page on port 80
 PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"  # Debian's and EPEL's package alike
@@ -191,6 +193,7 @@ def _frontdoor_part(plan: dict, host: str) -> dict:
             _file(frontdoor["certificate"], None, "frontdoor"),
             _file(frontdoor["certificate_key"], None, "frontdoor", group=web_group, mode="0640", secrets=True),
             *([_file(frontdoor["ca"], None, "frontdoor")] if frontdoor["ca"] else []),
+            _file(frontdoor["metrics"], None, "frontdoor"),
         ],
         "units": [],
         "venvs": [],

@@ -222,6 +222,12 @@ def frontdoor_config(plan: dict, host: str) -> str:
         # Health, for load balancers and the collection's checks: no key, nothing but the status.
         f"    location = /health {{ proxy_pass {backend}; }}",
         f"    location = /readiness {{ proxy_pass {backend}; }}",
+        # The door's own metrics (its certificate's expiry, as installed), for Prometheus: public facts only.
+        "    location = /metrics {",
+        '        default_type "text/plain; version=0.0.4";',
+        f"        alias {frontdoor['metrics']};",
+        "        access_log off;",
+        "    }",
         "    # Everything else (the router's /add_worker, /remove_worker, /list_workers, ...) does not exist here.",
         "    location / { return 404 '{\"error\": \"not found\"}\\n'; }",
         "}",

@@ -10,6 +10,7 @@ only the metric names of data/metrics.yml (tests/unit/test_metrics.py holds them
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from . import _yaml
@@ -17,8 +18,10 @@ from . import _yaml
 JOBS = {
     "engines": "vllm-omni-engine",
     "routers": "vllm-omni-router",
+    "frontdoor": "vllm-omni-frontdoor",
     "mooncake-master": "mooncake-master",
 }
+CERTIFICATE_EXPIRY = "vllm_omni_frontdoor_certificate_expiry_timestamp_seconds"
 
 
 def _hostport(url: str) -> str:
@@ -40,6 +43,10 @@ def targets(plan: dict) -> dict[str, list[dict]]:
     routers = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
                for host, entry in plan["router"]["per_host"].items()]
     groups = {"engines": engines, "routers": routers}
+    if plan["router"]["frontdoor"]["enabled"]:
+        # The door's own /metrics (its certificate's expiry) on the router's port, over TLS.
+        groups["frontdoor"] = [{"targets": [_hostport(entry["url"])], "labels": {"host": host}}
+                               for host, entry in plan["router"]["per_host"].items()]
     if plan["mooncake_master"]["enabled"]:
         groups["mooncake-master"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
                                      for host, entry in plan["mooncake_master"]["per_host"].items()]
@@ -47,9 +54,33 @@ def targets(plan: dict) -> dict[str, list[dict]]:
 
 
 def scrape_configs(plan: dict, targets_dir: str) -> list[dict]:
-    return [{"job_name": JOBS[stem], "metrics_path": "/metrics", "scrape_interval": "15s",
-             "file_sd_configs": [{"files": [f"{targets_dir}/{stem}.json"]}]}
-            for stem in targets(plan)]
+    jobs = []
+    for stem in targets(plan):
+        job = {"job_name": JOBS[stem], "metrics_path": "/metrics", "scrape_interval": "15s",
+               "file_sd_configs": [{"files": [f"{targets_dir}/{stem}.json"]}]}
+        if stem == "frontdoor":
+            # Not verified on purpose: the scrape must go on reading an expired certificate's date (a verified
+            # one would fail exactly then and the expiry alert would resolve), whichever CA signed it. It sends
+            # nothing and reads one public date.
+            job.update({"scheme": "https", "scrape_interval": "60s", "tls_config": {"insecure_skip_verify": True}})
+        jobs.append(job)
+    return jobs
+
+
+def certificate_metrics(pem: str) -> str:
+    """The front door's /metrics text: the first certificate of ``pem``'s notAfter as Unix time. ValueError when
+    ``pem`` holds no readable certificate."""
+    from cryptography import x509  # ansible-core's own dependency, on the controller
+
+    if "-----BEGIN CERTIFICATE-----" not in (pem or ""):
+        raise ValueError("no PEM certificate")
+    certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
+    expires = getattr(certificate, "not_valid_after_utc", None) or \
+        certificate.not_valid_after.replace(tzinfo=datetime.timezone.utc)
+    return (f"# HELP {CERTIFICATE_EXPIRY} When the front door's TLS certificate expires (notAfter, Unix time), "
+            "as the last deploy installed it.\n"
+            f"# TYPE {CERTIFICATE_EXPIRY} gauge\n"
+            f"{CERTIFICATE_EXPIRY} {int(expires.timestamp())}\n")
 
 
 def alert_rules(plan: dict) -> list[dict]:
@@ -74,6 +105,17 @@ def alert_rules(plan: dict) -> list[dict]:
                                     f"the objective ({objective:g} s, vllm_omni_alert_ttft_seconds)",
                          "description": "p99 over 10 minutes: {{ $value | humanizeDuration }}."}},
     ]
+    if plan["router"]["frontdoor"]["enabled"]:
+        days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))
+        rules.append(
+            {"alert": "VllmOmniCertificateExpiresSoon",
+             "expr": f'({CERTIFICATE_EXPIRY}{{job="vllm-omni-frontdoor"}} - time()) / 86400 < {days}',
+             "for": "10m", "labels": {"severity": "warning"},
+             "annotations": {"summary": f"The front door certificate on {{{{ $labels.host }}}} expires in less than "
+                                        f"{days} days (vllm_omni_alert_certificate_days)",
+                             "description": "{{ $value | printf \"%.1f\" }} days left (negative: expired). Renew: "
+                                            "deploy -e frontdoor_certificate_renew=true (the collection's CA), or "
+                                            "replace vllm_omni_tls_cert_file and deploy."}})
     if plan["layout"] == "pd":
         rules += [
             # FinishReason.ERROR: "a retryable request-level internal error (e.g., KV load failure)".

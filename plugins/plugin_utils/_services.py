@@ -61,6 +61,9 @@ def frontdoor_plan(settings: dict) -> dict:
         "certificate": _footprint.FRONTDOOR_CERT,
         "certificate_key": _footprint.FRONTDOOR_CERT_KEY,
         "ca": _footprint.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
+        # The certificate's notAfter (Unix time), written by the frontdoor role from the certificate it installed and
+        # served at the door's /metrics (no key: public, as the certificate itself is) for Prometheus' expiry alert.
+        "metrics": _footprint.FRONTDOOR_METRICS,
         "access_log": _footprint.FRONTDOOR_ACCESS_LOG,
         # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
         "tls": {"source": "provided" if provided else "generated", "cert_file": settings["vllm_omni_tls_cert_file"],

@@ -727,6 +727,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_alert_ttft_seconds", DEPLOYMENT, 2.0, "seconds",
             "Alert rule TTFT objective: p99 time to first token of a pipeline over 10 minutes above this fires "
             "VllmOmniTTFTOverObjective.", lambda v, n: check_float(v, n, 0.0, 3600.0, low_open=True)),
+    Setting("vllm_omni_alert_certificate_days", DEPLOYMENT, 14, "days",
+            "Alert rule window: a front door certificate that expires in fewer days fires "
+            "VllmOmniCertificateExpiresSoon (deploy renews the collection's own certificates within 30 days of expiry, "
+            "so with 14 it fires only when no deploy ran in that time, or for your own certificate).",
+            lambda v, n: check_int(v, n, 1, 365)),
     # Read by playbooks.
     Setting("vllm_omni_render_dir", PLAYBOOK, None, "path",
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",

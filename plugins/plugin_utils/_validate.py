@@ -408,6 +408,7 @@ def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | No
     if not settings["vllm_omni_frontdoor_enabled"]:
         unused("vllm_omni_router_backend_port", "vllm_omni_frontdoor_enabled is false (vllm-router itself listens on "
                "vllm_omni_router_port)")
+        unused("vllm_omni_alert_certificate_days", "vllm_omni_frontdoor_enabled is false (no certificate to watch)")
     if not settings["vllm_omni_firewall_enabled"]:
         for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
             unused(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")

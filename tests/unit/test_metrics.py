@@ -4,6 +4,7 @@ where promtool is at hand (on PATH, or the lab's rootfs: Debian's prometheus pac
 
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
@@ -66,7 +67,7 @@ def test_the_panels_and_rules_the_issue_asks_for_exist():
         assert wanted in titles
     alerts = {r["alert"] for g in _observability.alert_rules(GOLDEN_PLAN) for r in g["rules"]}
     assert {"VllmOmniEngineDown", "VllmOmniPDHandoffFailures", "VllmOmniDecodeWaitingForKV",
-            "VllmOmniTTFTOverObjective"} <= alerts
+            "VllmOmniTTFTOverObjective", "VllmOmniCertificateExpiresSoon"} <= alerts
 
 
 def test_the_ttft_objective_is_the_plans_setting():
@@ -74,6 +75,51 @@ def test_the_ttft_objective_is_the_plans_setting():
                                         "vllm_omni_alert_ttft_seconds": {"value": 0.75, "source": "inventory"}}}
     (ttft,) = [r for g in _observability.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniTTFTOverObjective"]
     assert ttft["expr"].endswith("> 0.75") and "0.75 s" in ttft["annotations"]["summary"]
+
+
+def test_the_certificate_window_is_the_plans_setting_and_needs_a_front_door():
+    plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
+                                        "vllm_omni_alert_certificate_days": {"value": 30, "source": "inventory"}}}
+    (rule,) = [r for g in _observability.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniCertificateExpiresSoon"]
+    assert rule["expr"].endswith("/ 86400 < 30") and "30 days" in rule["annotations"]["summary"]
+    assert 'job="vllm-omni-frontdoor"' in rule["expr"]
+    jobs = {j["job_name"]: j for j in _observability.scrape_configs(GOLDEN_PLAN, "/t")}
+    # Read even when the certificate has expired (a verified scrape would fail then, and the alert resolve).
+    assert jobs["vllm-omni-frontdoor"]["scheme"] == "https"
+    assert jobs["vllm-omni-frontdoor"]["tls_config"] == {"insecure_skip_verify": True}
+    door = _observability.targets(GOLDEN_PLAN)["frontdoor"]
+    assert door == [{"targets": [_observability._hostport(e["url"])], "labels": {"host": h}}
+                    for h, e in GOLDEN_PLAN["router"]["per_host"].items()]
+    without = {**GOLDEN_PLAN, "router": {**GOLDEN_PLAN["router"],
+                                         "frontdoor": {**GOLDEN_PLAN["router"]["frontdoor"], "enabled": False}}}
+    assert "VllmOmniCertificateExpiresSoon" not in {r["alert"] for g in _observability.alert_rules(without) for r in g["rules"]}
+    assert "frontdoor" not in _observability.targets(without)
+
+
+def self_signed(days: int) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "10.0.0.5")])
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(start).not_valid_after(start + datetime.timedelta(days=days))
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_the_front_doors_metrics_text_is_the_certificates_not_after_under_the_listed_name():
+    text = _observability.certificate_metrics(self_signed(90) + "-----BEGIN CERTIFICATE-----\nnot read\n")
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    expires = datetime.datetime(2026, 4, 1, tzinfo=datetime.timezone.utc).timestamp()
+    assert samples == [f"vllm_omni_frontdoor_certificate_expiry_timestamp_seconds {int(expires)}"]
+    assert {line.split()[0] for line in samples} == set(DATA["frontdoor"]["metrics"])
+    assert "# TYPE vllm_omni_frontdoor_certificate_expiry_timestamp_seconds gauge" in text
+    with pytest.raises(ValueError):
+        _observability.certificate_metrics("")
 
 
 def test_aggregated_layouts_have_no_pd_rules():
@@ -122,3 +168,26 @@ def test_rendered_rules_pass_promtool(tmp_path, layout):
     result = subprocess.run([tool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
+
+
+def test_rendered_prometheus_config_with_the_front_door_job_passes_promtool(tmp_path):
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
+    from unitlib import one_host
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+
+    plan = build_plan(one_host(vllm_omni_monitoring_enabled=True))
+    (host,) = plan["monitoring"]["per_host"]
+    for stem, groups in _observability.targets(plan).items():
+        (tmp_path / f"{stem}.json").write_text(json.dumps(groups))
+    (tmp_path / "rules.yml").write_text(_observability.rules_text(plan))
+    document = yaml.safe_load(_host_files.prometheus_config(plan, host, _observability.scrape_configs(plan, str(tmp_path))))
+    assert "vllm-omni-frontdoor" in {job["job_name"] for job in document["scrape_configs"]}
+    document["rule_files"] = [str(tmp_path / "rules.yml")]  # the host's path, here
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(document))
+    result = subprocess.run([tool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -83,6 +83,9 @@ def test_the_site_listens_with_tls_checks_the_key_and_forwards_openai_routes_onl
     assert site.count("proxy_pass http://127.0.0.1:18000;") == 3  # /v1/, /health, /readiness
     assert "location / { return 404" in site
     assert "$http_authorization" not in site.split("log_format", 1)[1].split(";", 1)[0]  # the log never holds it
+    # The door's own /metrics: the certificate's expiry, a file the role writes (no proxying, no key).
+    metrics = site.split("location = /metrics {", 1)[1].split("}", 1)[0]
+    assert "alias /etc/nginx/vllm-omni/metrics.prom;" in metrics and "proxy_pass" not in metrics
     frontdoor = plan["router"]["frontdoor"]
     assert frontdoor["tls"] == {"source": "generated", "cert_file": None, "key_file": None, "ca_file": None}
     assert frontdoor["ca"] == "/etc/nginx/vllm-omni/ca.pem"
@@ -90,6 +93,7 @@ def test_the_site_listens_with_tls_checks_the_key_and_forwards_openai_routes_onl
     assert files["/etc/nginx/vllm-omni/server.key"]["mode"] == "0640"
     assert files["/etc/nginx/vllm-omni/api-keys.map"]["group"] == "www-data"
     assert files["/etc/nginx/conf.d/vllm-omni.conf"]["render"] == "edge/frontdoor/vllm-omni.conf"
+    assert files["/etc/nginx/vllm-omni/metrics.prom"]["render"] is None  # written by the role from the certificate
 
 
 def test_plain_paths_only_reach_the_router():

@@ -157,8 +157,10 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
     if not settings["vllm_omni_monitoring_enabled"]:
         return {"enabled": False, "hosts": []}
     port = settings["vllm_omni_prometheus_port"]
-    # file_sd target files: engines and routers always, the master's when it runs.
-    stems = ["engines", "routers"] + (["mooncake-master"] if settings["vllm_omni_mooncake_master_enabled"] else [])
+    # file_sd target files (_observability.targets): engines and routers always, the front doors' and the master's
+    # when they run.
+    stems = (["engines", "routers"] + (["frontdoor"] if settings["vllm_omni_frontdoor_enabled"] else [])
+             + (["mooncake-master"] if settings["vllm_omni_mooncake_master_enabled"] else []))
     return {
         "enabled": True,
         "hosts": sorted(hosts),

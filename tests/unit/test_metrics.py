@@ -186,6 +186,9 @@ def test_rendered_prometheus_config_with_the_front_door_job_passes_promtool(tmp_
     (tmp_path / "rules.yml").write_text(_observability.rules_text(plan))
     document = yaml.safe_load(_host_files.prometheus_config(plan, host, _observability.scrape_configs(plan, str(tmp_path))))
     assert "vllm-omni-frontdoor" in {job["job_name"] for job in document["scrape_configs"]}
+    # Every job's file_sd file is one the monitoring role installs (the plan's footprint).
+    installed = {f["path"] for f in plan["footprint"][host]["files"] if f["component"] == "monitoring"}
+    assert {f"{plan['monitoring']['targets_dir']}/{stem}.json" for stem in _observability.targets(plan)} <= installed
     document["rule_files"] = [str(tmp_path / "rules.yml")]  # the host's path, here
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(document))
     result = subprocess.run([tool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True,

@@ -49,9 +49,8 @@ attributes:
   check_mode:
     support: none
     description: Pulls; the artifacts role skips it in check mode.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -58,9 +58,8 @@ attributes:
   check_mode:
     support: full
     description: Runs the same read-only check.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

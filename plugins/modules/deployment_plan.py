@@ -41,9 +41,8 @@ attributes:
   check_mode:
     support: full
     description: Computes the plan the same way; changes nothing in any mode.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

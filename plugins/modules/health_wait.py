@@ -50,15 +50,11 @@ options:
     type: int
     default: 5
 attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Shows no diff.
   action:
     support: full
     description: The waiting, progress and failure message are the action's; the module takes one look.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes.read_only
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -37,13 +37,8 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes.read_only
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -28,9 +28,8 @@ attributes:
   check_mode:
     support: full
     description: Reports which files would change; writes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -26,9 +26,8 @@ attributes:
     support: full
     description: Writes nothing in check mode (C(--check) changes nothing, the controller included); returns the paths
       it would write.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -43,13 +43,8 @@ options:
   plan:
     description: The plan to search for secret values (and whose front door TLS files to check).
     type: dict
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes.read_only
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -37,12 +37,11 @@ attributes:
   check_mode:
     support: none
     description: Builds; the python_venv role reports what check mode would install instead.
-  diff_mode:
-    support: none
-    description: Shows no diff.
   action:
     support: full
     description: The work is the action's; this file documents it.
+extends_documentation_fragment:
+  - vllm_omni.serve.attributes
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -30,6 +30,13 @@ options:
       C(certificate_days_left).
     type: dict
     required: true
+  metrics:
+    description: The deployment's Prometheus' answers to P(vllm_omni.serve.status_queries#filter) (key -> the
+      C(/api/v1/query) JSON, null for a query that failed), or null where the plan runs no Prometheus. Each pipeline
+      then shows C(metrics) (TTFT p50/p99, ITL p50, tokens per second over C(metrics_window)) or C(metrics_note)
+      (C(no prometheus), C(prometheus did not answer), C(no data)), beside C(uptime_s), C(restarts) and C(version).
+    type: dict
+    required: false
 seealso:
   - plugin: vllm_omni.serve.status_table
     plugin_type: filter
@@ -43,7 +50,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(ok), C(backend), C(stand_in), C(pipelines), C(routers), C(router_members_not_in_plan).
+  description: C(ok), C(backend), C(stand_in), C(version), C(metrics_window), C(metrics_source), C(pipelines),
+    C(routers), C(router_members_not_in_plan).
   type: dict
 """
 
@@ -53,10 +61,11 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _status
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
 
 
-def status_document(plan, units, health, router):
+def status_document(plan, units, health, router, metrics=None):
     if not isinstance(plan, dict) or "hosts" not in plan:
         raise AnsibleFilterError("status_document expects the plan as input")
-    return _status.status_document(plain(plan), plain(units), plain(health), plain(router))
+    return _status.status_document(plain(plan), plain(units), plain(health), plain(router),
+                                   metrics=None if metrics is None else plain(metrics))
 
 
 class FilterModule:

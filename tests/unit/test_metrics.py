@@ -17,7 +17,7 @@ import pytest
 import yaml
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability, _status
 
 DATA = yaml.safe_load((REPO / "data" / "metrics.yml").read_text())
 DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json").read_text())
@@ -56,7 +56,7 @@ def rule_exprs(plan: dict) -> list[str]:
 
 def test_the_dashboard_and_the_rules_query_only_listed_names():
     listed = set(known()) | {"DCGM_FI_DEV_FB_USED"}  # the GPU panel's exporter (not installed by the collection)
-    for expr in dashboard_exprs() + rule_exprs(GOLDEN_PLAN):
+    for expr in dashboard_exprs() + rule_exprs(GOLDEN_PLAN) + list(_status.QUERIES.values()):
         unknown = {base(n) for n in names_in(expr)} - listed
         assert not unknown, f"{expr}: {sorted(unknown)} not in data/metrics.yml"
 
@@ -192,5 +192,18 @@ def test_rendered_prometheus_config_with_the_front_door_job_passes_promtool(tmp_
     document["rule_files"] = [str(tmp_path / "rules.yml")]  # the host's path, here
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(document))
     result = subprocess.run([tool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_status_queries_pass_promtool(tmp_path):
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
+    # As recording rules: promtool parses each expression.
+    rules = {"groups": [{"name": "status", "rules": [{"record": f"vllm_omni_status:{key}", "expr": expr}
+                                                     for key, expr in _status.QUERIES.items()]}]}
+    (tmp_path / "status.rules.yml").write_text(yaml.safe_dump(rules))
+    result = subprocess.run([tool, "check", "rules", str(tmp_path / "status.rules.yml")], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr

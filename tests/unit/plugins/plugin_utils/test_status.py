@@ -52,3 +52,71 @@ def test_no_readable_certificate_shows_nothing_and_is_not_a_failure(seen):
     document = _status.status_document(plan(), {}, {}, {"edge": {"health": 200, "workers": [], **seen}}, now=NOW)
     assert document["routers"][0]["certificate_expires"] is None and document["ok"]
     assert "certificate" not in _status.status_table(document)[-2]
+
+
+def answer(*series) -> dict:
+    return {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"host": host, "pipeline": name}, "value": [1.7e9, value]} for host, name, value in series]}}
+
+
+def pipeline_plan(stand_in=False) -> dict:
+    pipeline = {"name": "omni0", "unit": "vllm-omni@omni0.service", "url": "http://10.0.0.11:8091",
+                "gpus": [0, 1], "ports": {"api": 8091}}
+    headless = {"name": "omni-span0-decode0", "pipeline": "omni-span0", "process": "headless",
+                "unit": "vllm-omni@omni-span0-decode0.service", "url": None, "health_url": None, "gpus": [2],
+                "ports": {}}
+    return {"hosts": {"gpu-a": {"pipelines": [pipeline, headless]}}, "worker_urls": [pipeline["url"]],
+            "backend": {"name": "simulator" if stand_in else "engine", "stand_in": stand_in},
+            "engine": {"vllm_omni_version": "0.26.0", "vllm_version": "0.26.0"},
+            "router": {"per_host": {"edge": {"url": "https://10.0.0.5:8000"}}}}
+
+
+ROUTED = {"edge": {"health": 200, "workers": [{"url": "http://10.0.0.11:8091", "is_healthy": True}]}}
+
+
+UNITS = {"gpu-a": {"vllm-omni@omni0.service": {"ActiveState": "active", "SubState": "running", "MainPID": "4242",
+                                               "ActiveEnterTimestamp": "Thu 2026-12-31 21:30:00 UTC", "NRestarts": "2"}}}
+
+
+def test_each_pipeline_shows_uptime_restarts_version_and_its_last_minutes():
+    metrics = {"ttft_p50_s": answer(("gpu-a", "omni0", "0.21")), "ttft_p99_s": answer(("gpu-a", "omni0", "1.5")),
+               "itl_p50_s": answer(("gpu-a", "omni0", "NaN")),
+               "generation_tokens_per_s": answer(("gpu-a", "omni0", "340.25"), ("gpu-b", "omni0", "1"))}
+    document = _status.status_document(pipeline_plan(), UNITS, {"http://10.0.0.11:8091": 200}, {}, now=NOW,
+                                       metrics=metrics)
+    head, headless = document["pipelines"]
+    assert (head["uptime_s"], head["restarts"]) == (2.5 * 3600, 2)
+    assert head["version"] == document["version"] == "vllm-omni 0.26.0 (vllm 0.26.0)"
+    assert head["metrics"] == {"ttft_p50_s": 0.21, "ttft_p99_s": 1.5, "itl_p50_s": None,  # NaN: no observations
+                               "generation_tokens_per_s": 340.25}
+    assert head["metrics_note"] is None and document["metrics_source"] == "prometheus"
+    assert headless["metrics"] is None and headless["metrics_note"].startswith("headless")
+    assert headless["uptime_s"] is None and headless["restarts"] is None  # never seen: unknown, not 0
+    table = _status.status_table(document)
+    assert "UP" in table[0] and "TTFT p50/p99 ITL p50 TOK/S (5m)" in table[0]
+    assert "2h30m  2   210ms/1.50s - 340.2/s" in table[1], table[1]
+    assert table[-2] == "engine (plan): vllm-omni 0.26.0 (vllm 0.26.0)"
+
+
+@pytest.mark.parametrize(("metrics", "note"), [
+    (None, "no prometheus"),  # the plan runs none
+    ({}, "prometheus did not answer"),  # not reached (or outside --limit)
+    ({"ttft_p50_s": None, "itl_p50_s": {"status": "error", "error": "bad_data"}}, "prometheus did not answer"),
+    ({"ttft_p50_s": answer()}, "no data"),  # answered, but nothing of this pipeline (the simulator has no such names)
+])
+def test_no_metrics_say_why_and_do_not_fail_the_status(metrics, note):
+    document = _status.status_document(pipeline_plan(stand_in=True), UNITS, {"http://10.0.0.11:8091": 200}, ROUTED,
+                                       now=NOW, metrics=metrics)
+    head = document["pipelines"][0]
+    assert head["metrics"] is None and head["metrics_note"] == note and head["ok"]  # degrades, never fails
+    assert f" {note} " in _status.status_table(document)[1]
+    assert document["version"].endswith("SIMULATOR (simulator) stands in")
+
+
+@pytest.mark.parametrize("stamp", ["", "n/a", "Thu 2026-12-31 22:30:00 CET", "Thu 2026-13-31 21:30:00 UTC", None])
+def test_an_unreadable_start_time_is_an_unknown_uptime(stamp):
+    units = {"gpu-a": {"vllm-omni@omni0.service": {**UNITS["gpu-a"]["vllm-omni@omni0.service"],
+                                                   "ActiveEnterTimestamp": stamp, "NRestarts": ""}}}
+    head = _status.status_document(pipeline_plan(), units, {}, {}, now=NOW)["pipelines"][0]
+    assert head["uptime_s"] is None and head["restarts"] is None
+    assert _status.uptime_text(None) == "-" and _status.uptime_text(90061) == "1d1h" and _status.uptime_text(59) == "59s"

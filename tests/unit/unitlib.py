@@ -48,3 +48,19 @@ def gpu_facts(profile: str, apps: str = "", banner: str | None = None) -> dict:
     path = FIXTURES / "gpu" / profile
     return _gpu.build_facts((path / "query-gpu.csv").read_text(), apps, banner or (path / "nvidia-smi.txt").read_text(),
                             (path / "topo-m.txt").read_text(), 1024)
+
+
+def in_fresh_interpreters(script: str, seeds: tuple[str, ...] = ("0", "1", "2")) -> list[str]:
+    """What ``script`` prints in a new interpreter per hash seed. Sets and dicts of strings iterate in hash
+    order, which differs between processes; two calls in one process share it, so only this shows a result
+    that depends on it."""
+    import os
+    import subprocess
+    import sys
+    outputs = []
+    for seed in seeds:
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout)
+    return outputs

@@ -141,7 +141,8 @@ def test_audio_pipelines_never_span_and_small_hosts_are_refused_as_before():
 def test_distributed_settings_that_cannot_work_are_refused(settings, fragments):
     [line] = problems_of(inventory(hosts(8), settings))
     position = 0
-    for fragment in fragments:
+    for fragment in fragments:  # each fragment, in this order
+        assert fragment in line[position:], (fragment, line)
         position = line.index(fragment, position) + len(fragment)
 
 

@@ -133,7 +133,8 @@ def test_an_operator_certificate_with_and_without_a_private_ca():
 def test_tls_settings_that_cannot_work_are_refused(settings, fragments):
     [line] = problems_of(with_router(**settings))
     position = 0
-    for fragment in fragments:
+    for fragment in fragments:  # each fragment, in this order
+        assert fragment in line[position:], (fragment, line)
         position = line.index(fragment, position) + len(fragment)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_faults import record  # measured numbers kept for docs/benchmarks.md
+from test_faults import CA_FILE, record  # measured numbers kept for docs/benchmarks.md
 from test_lab import KEY, LAB, lab, on, playbook, scenario  # the lab's own helpers (same directory)
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._upgrade import strip_secrets
@@ -88,6 +88,44 @@ def engine_down_alert_fires_for_the_stopped_pipeline_only(plan: dict) -> None:
     assert "journalctl -a -u vllm-omni@" + stopped in firing[0]["annotations"]["description"]
 
 
+def prometheus(plan: dict, path: str) -> dict:
+    listen = plan["monitoring"]["per_host"]["lab-2"]["listen_address"]
+    return json.loads(on("lab-2", f"curl -s 'http://{listen}{path}'") or "{}").get("data", {})
+
+
+def certificate_expiry_is_scraped_and_status_reads_prometheus(plan: dict, inventory_dir: Path) -> None:
+    """Issue 25: the front door's certificate expiry reaches Prometheus (the door's own /metrics, job
+    vllm-omni-frontdoor, scraped every 60 s) with its rule loaded; status asks Prometheus and says what it got."""
+    name = "vllm_omni_frontdoor_certificate_expiry_timestamp_seconds"
+    door = plan["router"]["per_host"]["lab-2"]["url"]
+    text = on("lab-2", f"curl -s --cacert {plan['router']['frontdoor']['ca']} {door}/metrics")
+    (sample,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+    not_after = float(sample.split()[1])
+    assert not_after > time.time() + 30 * 86400, sample  # the collection's certificate: 825 days
+    started = time.monotonic()
+    while time.monotonic() - started < 120:
+        targets = [t for t in prometheus(plan, "/api/v1/targets").get("activeTargets", [])
+                   if t["labels"].get("job") == "vllm-omni-frontdoor"]
+        if targets and all(t["health"] == "up" for t in targets):
+            break
+        time.sleep(5)
+    else:
+        pytest.fail(f"Prometheus does not scrape the front door: {targets}")
+    (series,) = prometheus(plan, f"/api/v1/query?query={name}")["result"]
+    assert float(series["value"][1]) == not_after and series["metric"]["host"] == "lab-2"
+    rules = [r for g in prometheus(plan, "/api/v1/rules")["groups"] for r in g["rules"]]
+    (expiry,) = [r for r in rules if r["name"] == "VllmOmniCertificateExpiresSoon"]
+    assert expiry["health"] == "ok" and expiry["state"] == "inactive", expiry
+    record("certificate_expiry_scraped", seconds_to_up=round(time.monotonic() - started, 1))
+    playbook("status.yml", inventory_dir, "-e", "status_json=true")
+    document = json.loads((CA_FILE.parents[1] / "reports" / plan["deployment_id"] / "status.json").read_text())
+    assert document["metrics_source"] == "prometheus" and document["version"].endswith("stands in")
+    running = [p for p in document["pipelines"] if p["state"] == "active/running"]
+    assert running and all(p["uptime_s"] >= 0 and p["restarts"] == 0 for p in running), running
+    # The simulator's /metrics has none of the engine's names: no data, said, not a failure.
+    assert {p["metrics_note"] for p in running} == {"no data"}, running
+
+
 def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_hosts, tmp_path):
     inventory_dir = inventory(tmp_path)
     playbook("deploy.yml", inventory_dir)
@@ -133,6 +171,7 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
         assert files_here <= listed, f"{host}: {sorted(files_here - listed)} are not in the footprint"
 
     engine_down_alert_fires_for_the_stopped_pipeline_only(plan)
+    certificate_expiry_is_scraped_and_status_reads_prometheus(plan, inventory_dir)
 
     # No vault needed to take a deployment away: the key is blanked and uninstall still runs.
     playbook("uninstall.yml", inventory_dir, "-e", "vllm_omni_api_key=")

@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
-from . import _distributed, _engine_data, _footprint, _locks, _placement, _stage_config
+from . import _distributed, _engine_data, _footprint, _locks, _placement, _ports, _stage_config
 from ._engine_data import EngineVersion
 
 # Unit names and paths belong to _footprint; kept importable here for older callers.
@@ -305,32 +304,6 @@ def mooncake_package(cuda_major: int | None) -> str:
     return f"{variant['package']}=={variant['version']}"
 
 
-def _pipeline_ports(settings: dict, index: int) -> dict[str, Any]:
-    """Process ``index``'s ports on its host: one each from the API and bootstrap bases, and its slice of
-    the Mooncake range (a single-process pipeline's index is the pipeline's)."""
-    ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
-    if settings["vllm_omni_layout"] == "pd":
-        ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
-        slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
-        first = settings["vllm_omni_mooncake_rpc_port_range"][0] + index * slice_size
-        ports["mooncake_rpc"] = [first, first + slice_size - 1]
-    return ports
-
-
-def _process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str, Any]:
-    """A distributed process's ports: the pipeline's (a bootstrap port for prefill engines only), its
-    slice of the stage ZMQ range, and on the head the master port."""
-    ports = _pipeline_ports(settings, index)
-    if role != "prefill":
-        ports.pop("bootstrap")
-    size = settings["vllm_omni_stage_zmq_ports_per_process"]
-    first = settings["vllm_omni_stage_zmq_port_range"][0] + index * size
-    ports["zmq"] = [first, first + size - 1]
-    if head:
-        ports["master"] = settings["vllm_omni_stage_master_port_base"] + index
-    return ports
-
-
 def _pipeline_paths(settings: dict, name: str, venv: str) -> dict[str, str]:
     config_dir = f"{settings['vllm_omni_config_root']}/{name}"
     return {
@@ -414,7 +387,7 @@ class PipelineBuilder:
             index = indices.get(engine.host, 0)
             indices[engine.host] = index + 1
             process = name if engine.is_head else f"{name}-{engine.role}{engine.replica}"
-            placed.append(_Placed(engine, process, index, _process_ports(settings, index, engine.role, engine.is_head),
+            placed.append(_Placed(engine, process, index, _ports.process_ports(settings, index, engine.role, engine.is_head),
                                   ips[engine.host]))
         first = {role: next(item for item in placed if item.engine.role == role) for role in _distributed.ROLES}
         context = _DistributedContext(name=name, key=name if spanning else f"{engines[0].host}/{name}",
@@ -498,7 +471,7 @@ class PipelineBuilder:
         settings = deployment.settings
         name = f"{settings['vllm_omni_pipeline_prefix']}{index}"
         pipeline_gpus = placement["gpus"]
-        ports = _pipeline_ports(settings, index)
+        ports = _ports.pipeline_ports(settings, index)
         paths = _pipeline_paths(settings, name, self.backend["venv"])
         stages = stage_layout(deployment, host, name)
         for stage in stages:

@@ -8,9 +8,14 @@ A host's ranges come from its pipeline count (API, bootstrap and Mooncake RPC po
 and from the services it runs (router, Mooncake master, Prometheus). They are checked together,
 per host, before anything is planned; the plan then lists them once, and the firewall, the
 reserved-ports sysctl and preflight all read that list.
+
+One formula: ``pipeline_ports`` and ``process_ports`` assign each engine process its ports, and the
+checks read the ranges and slices from what they assign to the host's first and last process.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ._problems import ALL_HOSTS, Problems, host_where
 
@@ -23,23 +28,53 @@ EPHEMERAL_PORTS = (32768, 60999)  # Linux default net.ipv4.ip_local_port_range
 Range = tuple[str, str, tuple[int, int]]
 
 
+# --- allocation ---------------------------------------------------------------------------------
+
+
+def pipeline_ports(settings: dict, index: int) -> dict[str, Any]:
+    """Process ``index``'s ports on its host: one each from the API and bootstrap bases, and its slice of
+    the Mooncake range (a single-process pipeline's index is the pipeline's)."""
+    ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
+    if settings["vllm_omni_layout"] == "pd":
+        ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
+        slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
+        first = settings["vllm_omni_mooncake_rpc_port_range"][0] + index * slice_size
+        ports["mooncake_rpc"] = [first, first + slice_size - 1]
+    return ports
+
+
+def process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str, Any]:
+    """A distributed process's ports: the pipeline's (a bootstrap port for prefill engines only), its
+    slice of the stage ZMQ range, and on the head the master port."""
+    ports = pipeline_ports(settings, index)
+    if role != "prefill":
+        ports.pop("bootstrap", None)
+    size = settings["vllm_omni_stage_zmq_ports_per_process"]
+    first = settings["vllm_omni_stage_zmq_port_range"][0] + index * size
+    ports["zmq"] = [first, first + size - 1]
+    if head:
+        ports["master"] = settings["vllm_omni_stage_master_port_base"] + index
+    return ports
+
+
 # --- checks -------------------------------------------------------------------------------------
 
 
 def engine_ranges(count: int, settings: dict, layout: str, distributed: bool = False) -> list[Range]:
     """The port ranges ``count`` engine processes of a host may take (``distributed``: also the stage
-    master ports and the stage ZMQ range of head and headless processes)."""
-    api = settings["vllm_omni_api_port_base"]
-    ranges = [("API ports", "vllm_omni_api_port_base", (api, api + count - 1))]
+    master ports and the stage ZMQ range of head and headless processes): from the ports the first and
+    the last process are assigned, and the whole Mooncake RPC and stage ZMQ ranges the slices come from."""
+    first, last = pipeline_ports(settings, 0), pipeline_ports(settings, count - 1)
+    ranges = [("API ports", "vllm_omni_api_port_base", (first["api"], last["api"]))]
     if layout == "pd":
-        boot = settings["vllm_omni_bootstrap_port_base"]
         low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-        ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (boot, boot + count - 1)))
+        ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (first["bootstrap"], last["bootstrap"])))
         ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
     if distributed:
-        master = settings["vllm_omni_stage_master_port_base"]
+        first_head = process_ports(settings, 0, "decode", head=True)
+        last_head = process_ports(settings, count - 1, "decode", head=True)
         low, high = settings["vllm_omni_stage_zmq_port_range"]
-        ranges.append(("stage master ports", "vllm_omni_stage_master_port_base", (master, master + count - 1)))
+        ranges.append(("stage master ports", "vllm_omni_stage_master_port_base", (first_head["master"], last_head["master"])))
         ranges.append(("stage ZMQ ports", "vllm_omni_stage_zmq_port_range", (low, high)))
     return ranges
 
@@ -106,7 +141,7 @@ def check_mooncake_slices(host: str, count: int, settings: dict, problems: Probl
                      "(2 listeners per prefill/decode GPU worker, doubled for restarts)",
                      f"set it to at least {needed}")
         ok = False
-    if count * size > high - low + 1:
+    if count and pipeline_ports(settings, count - 1)["mooncake_rpc"][1] > high:  # the last pipeline's slice
         problems.add(host_where(host), "vllm_omni_mooncake_rpc_port_range",
                      f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host runs "
                      f"{count} pipelines",
@@ -119,7 +154,7 @@ def check_zmq_slices(host: str, count: int, settings: dict, problems: Problems) 
     """Each distributed process gets its own slice of the stage ZMQ range."""
     low, high = settings["vllm_omni_stage_zmq_port_range"]
     size = settings["vllm_omni_stage_zmq_ports_per_process"]
-    if count * size > high - low + 1:
+    if count and process_ports(settings, count - 1, "decode", head=False)["zmq"][1] > high:  # the last slice
         problems.add(host_where(host), "vllm_omni_stage_zmq_port_range",
                      f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host may run "
                      f"{count} engine processes of distributed pipelines",

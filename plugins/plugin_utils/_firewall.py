@@ -31,8 +31,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 
+from ._footprint import FIREWALL_UNIT
+
 TABLE = "vllm_omni"
-UNIT = "vllm-omni-firewall.service"
 
 # (service, purpose) -> which client setting also reaches it; the rest are for inventory peers only.
 CLIENT_PORTS = {
@@ -72,7 +73,7 @@ def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict
     every inventory peer: the head's API port stays open to the peers (the router).
     """
     pipeline_hosts = pipeline_hosts or {}
-    base = {"enabled": settings["vllm_omni_firewall_enabled"], "table": TABLE, "unit": UNIT,
+    base = {"enabled": settings["vllm_omni_firewall_enabled"], "table": TABLE, "unit": FIREWALL_UNIT,
             "ruleset_file": RULESET_FILE, "peers_file": PEERS_FILE}
     if not base["enabled"]:
         return {**base, "peers": [], "per_host": {}}

@@ -8,6 +8,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import RenderDirError, render_tree, write_tree
 
 
@@ -27,7 +28,9 @@ class ActionModule(ActionBase):
         if not dest or not isinstance(dest, str):
             raise AnsibleActionFail("render_plan: dest is required, e.g. dest: /tmp/vllm-omni-render")
         try:
-            outcome = write_tree(render_tree(plain(plan)), dest, check_mode=self._task.check_mode)
+            with gc_paused():  # plain() copies the whole plan: millions of new containers at 1,000s of hosts
+                tree = render_tree(plain(plan))
+            outcome = write_tree(tree, dest, check_mode=self._task.check_mode)
         except (RenderDirError, OSError) as error:
             raise AnsibleActionFail(f"render_plan: {error}") from None
         result.update(outcome)

@@ -415,3 +415,44 @@ def test_every_engine_rule_is_about_an_override_the_planner_passes_through():
         assert set(rules["engine_args"]) <= set(_stages.ENGINE_ARGS), version
         assert all(rule["rule"] and rule["checked_by"] for section in ("sampling", "engine_args", "cross")
                    for rule in rules[section].values()), version
+
+
+# --- the garbage collector around planning ------------------------------------------------------
+
+
+def test_gc_paused_resumes_the_collector_and_leaves_nothing_young_or_frozen():
+    import gc
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with pytest.raises(ValueError), gc_paused():
+        assert not gc.isenabled()
+        made = [[n] for n in range(5000)]  # lists, always tracked: far more than the youngest generation holds
+        raise ValueError("an exception inside still resumes the collector")
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # frozen only for the splice, then thawed into the oldest generation
+    # Straight into the oldest generation, not left in the youngest for one big pass at the next allocation.
+    assert any(obj is made[0] for obj in gc.get_objects(generation=2))
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+
+
+def test_gc_paused_leaves_a_process_s_own_frozen_objects_frozen():
+    import gc
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            build_plan(one_host())
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -166,6 +166,7 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
         "hosts": sorted(hosts),
         "defaulted": defaulted,
         "port": port,
+        "unit": _footprint.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
         "targets_dir": _footprint.PROMETHEUS_TARGETS_DIR,
         "target_files": [f"{stem}.json" for stem in stems],
         "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",

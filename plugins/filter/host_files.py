@@ -42,7 +42,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint, _render
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _render
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
 
 
@@ -52,7 +52,7 @@ def host_files(plan, host, components=None):
     host = str(host)
     if host not in plan["footprint"]:
         return {}
-    return _render.host_files(_footprint.host_slice(plan, host, plain), host,
+    return _render.host_files(_render.host_slice(plan, host, plain), host,
                               [str(c) for c in components] if components is not None else None)
 
 

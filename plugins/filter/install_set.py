@@ -53,7 +53,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint, _render
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _render
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
 
 
@@ -61,7 +61,7 @@ def install_set(plan, host, components, validate=None, paths=None):
     if not isinstance(plan, dict) or "footprint" not in plan:
         raise AnsibleFilterError("install_set expects the plan (with its footprint section) as input")
     host = str(host)
-    return _render.install_set(_footprint.host_slice(plan, host, plain), host, [str(c) for c in components],
+    return _render.install_set(_render.host_slice(plan, host, plain), host, [str(c) for c in components],
                                {str(k): str(v) for k, v in (validate or {}).items()},
                                [str(p) for p in paths] if paths is not None else None)
 

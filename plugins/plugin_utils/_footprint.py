@@ -341,33 +341,3 @@ def everything(recorded: dict | None, current: dict | None, purge: bool = False)
     kept = [] if purge else sorted({d["path"] for d in merged["directories"] if d["remove"] == "never"}
                                    | {a["home"] for a in merged["accounts"]})
     return {**merged, "directories": _deepest_first(directories), "kept": kept}
-
-
-def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
-    """The parts of ``plan`` one host's files are made of, each passed through ``convert``.
-
-    Filters run once per host: converting the whole plan (every host's pipelines, every peer) for
-    each host would make a deploy quadratic in the number of hosts. A monitoring host needs every
-    pipeline (its scrape targets); other hosts need their own.
-    """
-    from . import _artifacts  # _artifacts takes its paths from this module (import cycle)
-
-    firewall = plan["firewall"]
-    monitoring = plan["monitoring"]
-    if host in monitoring.get("per_host", {}):
-        hosts = plan["hosts"]
-    else:
-        hosts = {host: plan["hosts"][host]} if host in plan["hosts"] else {}
-    own_firewall = {key: value for key, value in firewall.items() if key not in ("per_host", "peers")}
-    own_firewall["per_host"] = {host: firewall["per_host"][host]} if host in firewall.get("per_host", {}) else {}
-    # The peer list only where the peers file is rendered: it is the one deployment-wide part.
-    own_firewall["peers"] = firewall.get("peers", []) if own_firewall["per_host"] else []
-    keep = ("schema", "layout", "paths", "engine", "backend", "settings", "hardening", "router", "mooncake_master",
-            "monitoring", "served_model_name")
-    sliced = {key: convert(plan[key]) for key in keep if key in plan}
-    sliced.update({"hosts": convert(hosts), "firewall": convert(own_firewall),
-                   "artifacts": convert(_artifacts.host_slice(plan["artifacts"], host)) if "artifacts" in plan else {},
-                   "footprint": {host: convert(plan["footprint"][host])} if host in plan.get("footprint", {}) else {},
-                   "reserved_ports": {host: convert(plan["reserved_ports"][host])}
-                   if host in plan.get("reserved_ports", {}) else {}})
-    return sliced

@@ -62,7 +62,7 @@ def test_the_render_holds_every_file_a_deploy_installs(plan):
 def test_one_hosts_files_are_the_renders_texts(plan):
     tree = _render.render_tree(plan)
     for host in plan["footprint"]:
-        sliced = _footprint.host_slice(plan, host)
+        sliced = _render.host_slice(plan, host)
         files = _render.host_files(sliced, host)
         assert files == {key: tree[key] for key in files}
         assert set(files) == {e["render"] for e in plan["footprint"][host]["files"] if e["render"]}
@@ -71,7 +71,7 @@ def test_one_hosts_files_are_the_renders_texts(plan):
 def test_the_install_set_is_the_footprint_with_the_renders_texts(plan):
     tree = _render.render_tree(plan)
     for host, footprint in plan["footprint"].items():
-        sliced = _footprint.host_slice(plan, host)
+        sliced = _render.host_slice(plan, host)
         components = sorted({entry["component"] for entry in footprint["files"] + footprint["directories"]})
         wanted = _render.install_set(sliced, host, components, {".nft": "nft -c -f %s"})
         assert [d["path"] for d in wanted["directories"]] == [d["path"] for d in footprint["directories"]]
@@ -84,17 +84,17 @@ def test_the_install_set_is_the_footprint_with_the_renders_texts(plan):
             assert set(item) <= {"path", "owner", "group", "mode", "content", "validate"}  # plan_files' options
     gpu_a = plan["footprint"]["gpu-a"]
     one = next(e["path"] for e in gpu_a["files"] if e["path"].endswith("stage_config.yaml"))
-    picked = _render.install_set(_footprint.host_slice(plan, "gpu-a"), "gpu-a", ["engine"], paths=[one])
+    picked = _render.install_set(_render.host_slice(plan, "gpu-a"), "gpu-a", ["engine"], paths=[one])
     assert [f["path"] for f in picked["files"]] == [one]
     assert picked["directories"] == [{k: d[k] for k in ("path", "owner", "group", "mode")}
                                      for d in gpu_a["directories"] if d["component"] == "engine"]
 
 
 def test_a_host_slice_does_not_carry_other_hosts(plan):
-    sliced = _footprint.host_slice(plan, "gpu-b")
+    sliced = _render.host_slice(plan, "gpu-b")
     assert list(sliced["hosts"]) == ["gpu-b"] and list(sliced["footprint"]) == ["gpu-b"]
     assert list(sliced["firewall"]["per_host"]) == ["gpu-b"]
-    monitoring = _footprint.host_slice(plan, "edge-1")
+    monitoring = _render.host_slice(plan, "edge-1")
     assert sorted(monitoring["hosts"]) == ["gpu-a", "gpu-b"]  # Prometheus scrapes every pipeline
 
 

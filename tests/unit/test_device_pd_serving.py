@@ -44,18 +44,17 @@ def _remove_roots():
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
+def stand_in_device(tmp: Path, name: str) -> tuple[dict, Path, dict]:
+    """The device machine's layout with the stand-in engine: the pd-text render (its roots under /srv, removed
+    after), /srv/stage as the payload would unpack it, and the environment the device scripts read."""
     if os.geteuid() != 0:
         pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
-    tmp = tmp_path_factory.mktemp("device")
-    port = free_port()
     # The plan's roots may not live in /tmp (anyone could plant them there): a directory of our own, removed after.
-    roots = Path(f"/srv/vllm-omni-serve-rehearsal-{os.getpid()}")
+    roots = Path(f"/srv/vllm-omni-serve-{name}-{os.getpid()}")
     request_cleanup(roots)
     plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
         "vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
-        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": port,
+        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": free_port(),
         "vllm_omni_bootstrap_port_base": free_port()}))
     render = tmp / "render"
     for path, text in render_tree(plan).items():
@@ -65,10 +64,17 @@ def rehearsal(tmp_path_factory):
     (stage / "lib").mkdir(parents=True)
     os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
     (tmp / "torch").mkdir()
-    out = tmp / "out"
-    out.mkdir()
     env = {**os.environ, "DEVICE_STAGE": str(stage), "DEVICE_TORCH_SITE": str(tmp / "torch"),
            "PYTHONUNBUFFERED": "1"}
+    return plan, render, env
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("device")
+    plan, render, env = stand_in_device(tmp, "rehearsal")
+    out = tmp / "out"
+    out.mkdir()
     run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "pd_serving.py"), "--out", str(out),
                           "--ready-timeout", "60", f"pd={render}", f"stock={render}:stock"],
                          env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -157,25 +163,8 @@ def test_bench_and_fault_rehearsal(tmp_path):
     """tests/device/bench_pd_vs_aggregated.py on the stand-in: the grid through `vllm bench serve`, /metrics
     before and after load, and --fault 0 (the prefill stage's process killed under load), all written to
     bench.json, before any device minute is spent on it."""
-    if os.geteuid() != 0:
-        pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
-    roots = Path(f"/srv/vllm-omni-serve-rehearsal-bench-{os.getpid()}")
-    request_cleanup(roots)
-    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
-        "vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
-        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": free_port(),
-        "vllm_omni_bootstrap_port_base": free_port()}))
-    render = tmp_path / "render"
-    for path, text in render_tree(plan).items():
-        (render / path).parent.mkdir(parents=True, exist_ok=True)
-        (render / path).write_text(text)
-    stage = tmp_path / "stage"
-    (stage / "lib").mkdir(parents=True)
-    os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
-    (tmp_path / "torch").mkdir()
+    _unused, render, env = stand_in_device(tmp_path, "rehearsal-bench")
     out = tmp_path / "out"
-    env = {**os.environ, "DEVICE_STAGE": str(stage), "DEVICE_TORCH_SITE": str(tmp_path / "torch"),
-           "PYTHONUNBUFFERED": "1"}
     spec = {"input_lens": [16], "output_lens": [4], "concurrency": [1, 2], "prompts_min": 2, "prompts_per_concurrency": 1}
     run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"), "--out", str(out),
                           "--ready-timeout", "60", "--spec", json.dumps(spec), "--fault", "0", "--fault-window", "4",

@@ -140,14 +140,14 @@ def conformance_status(version: str) -> str:
 
 def support_matrix_md() -> str:
     lines = [
-        "| vLLM-Omni | vLLM | Stage-config schema | Launch flag | Layouts | PD | CPU conformance |",
+        "| vLLM-Omni | vLLM | Stage-config schema | Launch flag | Layouts | PD KV connectors | CPU conformance |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for version in _engine_data.supported_versions():
         row = _engine_data.support_table()[version]
-        pd = "yes" if "pd" in row.layouts else "no"
+        connectors = ", ".join(f"`{name}`" for name in sorted(row.kv_connectors)) if "pd" in row.layouts else "no PD"
         lines.append(f"| {version} | {row.vllm} | `{row.schema}` | `{row.config_flag}` | {', '.join(row.layouts)} "
-                     f"| {pd} | {conformance_status(version)} |")
+                     f"| {connectors} | {conformance_status(version)} |")
     return "\n".join(lines)
 
 
@@ -157,8 +157,13 @@ def _runs_on(platform: str) -> str:
     parts = []
     for version in _engine_data.supported_versions():
         row = _engine_data.support_table()[version]
-        layouts = [layout for layout in row.layouts
-                   if _locks.engine_lock(row, layout == "pd") not in missing]
+        layouts = []
+        for layout in row.layouts:
+            if layout != "pd":
+                layouts += [layout] if _locks.engine_lock(row, None) not in missing else []
+                continue
+            connectors = [name for name in sorted(row.kv_connectors) if _locks.engine_lock(row, name) not in missing]
+            layouts += [f"pd ({', '.join(connectors)})"] if connectors else []
         parts.append(f"{version}: {', '.join(layouts) or 'nothing'}")
     services = [name for name, lock in (("simulator", _locks.simulator_lock()), ("router", _locks.router_lock()),
                                         ("Mooncake master", _locks.master_lock())) if lock not in missing]

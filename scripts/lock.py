@@ -2,6 +2,8 @@
 
     python scripts/lock.py            # rewrite every lock (one per venv and host platform)
     python scripts/lock.py --check    # exit 1 when a lock's inputs no longer match the support table
+    python scripts/lock.py --stale    # lock only the venvs whose lock is missing or stale; keep the rest as
+                                      # they are (a full run re-resolves every lock: newer transitive releases)
 
 Each lock is `uv pip compile --generate-hashes` of the venv's top-level pins (plugin_utils/_locks.py)
 for one host platform of data/platforms.yml (its Python and manylinux floor), whatever this machine is.
@@ -95,14 +97,23 @@ def inputs_of(path: Path) -> list[str] | None:
     return None
 
 
-def compile_lock(uv: str, packages: list[str], target: dict) -> tuple[str | None, str]:
-    """(the lock's body, "") or (None, the resolver's reason) when the pins cannot be locked for the target."""
+def compile_lock(uv: str, packages: list[str], target: dict, constraints: list[str] = ()) -> tuple[str | None, str]:
+    """(the lock's body, "") or (None, the resolver's reason) when the pins cannot be locked for the target.
+
+    ``constraints``: pins the resolution must keep where it needs those packages at all."""
     with tempfile.TemporaryDirectory() as work:
         requirements = Path(work) / "requirements.in"
         requirements.write_text("\n".join(packages) + "\n")
+        constrained = []
+        if constraints:
+            (Path(work) / "constraints.txt").write_text("\n".join(constraints) + "\n")
+            constrained = ["--constraint", str(Path(work) / "constraints.txt")]
+        # Left out although a pin requires them (NIXL's shim requires every CUDA backend; the venv needs one):
+        # the hosts install a lock with --no-deps, so what is not emitted is not installed.
+        excluded = [arg for name in _locks.excluded_packages(packages) for arg in ("--no-emit-package", name)]
         result = subprocess.run(
             [uv, "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--no-annotate",
-             "--python-version", target["python"], "--python-platform", target["uv_platform"],
+             "--python-version", target["python"], "--python-platform", target["uv_platform"], *excluded, *constrained,
              str(requirements)], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             # uv's explanation, without its hints: what a refusal of such a host quotes.
@@ -125,7 +136,7 @@ def _stale(locks: dict[str, list[str]]) -> list[str]:
 
 
 def main() -> int:
-    check = "--check" in sys.argv[1:]
+    check, stale_only = "--check" in sys.argv[1:], "--stale" in sys.argv[1:]
     locks = _locks.all_locks()
     if check:
         stale = _stale(locks)
@@ -142,7 +153,16 @@ def main() -> int:
         directory.mkdir(parents=True, exist_ok=True)
         unavailable = {}
         for name, packages in locks.items():
-            body, reason = compile_lock(uv, packages, target)
+            known = _locks.unavailable(platform).get(name, "")
+            if stale_only and known.startswith(f"{' '.join(packages)} cannot be locked"):
+                unavailable[name] = known  # refused for these very inputs before
+                continue
+            if stale_only and inputs_of(_locks.lock_path(name, platform)) == packages:
+                continue
+            base = _locks.constraining_lock(name)
+            constraints = pins_of(_locks.lock_path(base, platform).read_text()) \
+                if base and _locks.lock_path(base, platform).is_file() else []
+            body, reason = compile_lock(uv, packages, target, constraints)
             path = _locks.lock_path(name, platform)
             if body is None:
                 unavailable[name] = f"{' '.join(packages)} cannot be locked for {target['name']} " \

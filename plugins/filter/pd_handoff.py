@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: pd_handoff
-short_description: Whether one request went prefill -> Mooncake -> decode, judged from a pipeline's log
+short_description: Whether one request went prefill -> KV transfer -> decode, judged from a pipeline's log
 version_added: 0.1.0
 description:
   - Reads the lines the collection's KV connector logs in a prefill/decode pipeline (the prefill stage handing a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: pd_verdicts
-short_description: For several pipelines at once, whether each one's request went prefill -> Mooncake -> decode
+short_description: For several pipelines at once, whether each one's request went prefill -> KV transfer -> decode
 version_added: 0.1.0
 description:
   - The judgement of P(vllm_omni.serve.pd_handoff#filter) for each pipeline, from the journal text of all its

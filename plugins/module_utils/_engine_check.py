@@ -215,7 +215,8 @@ def _compare(answer: dict, request: dict) -> None:
                                           f"{want['bootstrap']!r} (kv_ip:mooncake_bootstrap_port)")
             # Only the process running the orchestrator (a single-process pipeline, a distributed one's head)
             # hands decode an address; a headless stage's environment need not name one.
-            if want.get("orchestrator", True) and answer.get("runtime_bootstrap_addr") != f"http://{want['bootstrap']}":
+            if want.get("orchestrator", True) and want["bootstrap"] is not None \
+                    and answer.get("runtime_bootstrap_addr") != f"http://{want['bootstrap']}":
                 answer["problems"].append(f"the orchestrator would hand decode {answer.get('runtime_bootstrap_addr')!r}, "
                                           f"not http://{want['bootstrap']} (VLLM_MOONCAKE_BOOTSTRAP_PORT mismatch?)")
             for stage_id, loaded in (answer.get("kv_connectors") or {}).items():

@@ -12,7 +12,7 @@ installed collection. The files are read once per process.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,17 @@ class EngineVersion:
     layouts: tuple[str, ...]
     pd_refused_because: str
     data: dict[str, Any]
-    # The collection's KV connector this version's PD stages load ({module, class, revision}), or
-    # None where vLLM's own connector works as vLLM-Omni needs.
-    kv_connector: dict[str, Any] | None = None
+    # The KV connectors this version's PD stages can load, by transport (vllm_omni_kv_connector:
+    # mooncake, nixl): the collection's class for each ({module, class, revision}). Empty where the
+    # version runs no PD.
+    kv_connectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Whether a request's sampling fields (max_tokens, temperature, ...) reach the PD decode stage.
     pd_request_sampling_reaches_decode: bool = True
+
+    def kv_connector(self, transport: str) -> dict[str, Any] | None:
+        """The collection's connector class for ``transport`` on this version, or None where it has none."""
+        spec = self.kv_connectors.get(transport)
+        return dict(spec) if spec else None
 
     @property
     def importables(self) -> frozenset[str]:
@@ -72,7 +78,7 @@ def support_table() -> dict[str, EngineVersion]:
             layouts=tuple(row["layouts"]),
             pd_refused_because=" ".join(str(row.get("pd_refused_because", "")).split()),
             data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
-            kv_connector=dict(row["kv_connector"]) if row.get("kv_connector") else None,
+            kv_connectors={name: dict(spec) for name, spec in (row.get("kv_connectors") or {}).items()},
             pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
         )
     return rows
@@ -110,5 +116,5 @@ def versions_with_schema(schema: str) -> list[str]:
 
 @functools.cache
 def companions() -> dict[str, Any]:
-    """Pinned companion packages (simulator, router, Mooncake variants)."""
+    """Pinned companion packages (simulator, router, Mooncake and NIXL variants)."""
     return _load_yaml(DATA_DIR / "support.yml")["companions"]

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from ._stages import MODEL_STAGE
 
-# Where vLLM's own MooncakeConnector lives (vLLM 0.26).
-KV_CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector"
+# Where vLLM's own connectors live (vLLM 0.26), by class name.
+STOCK_CONNECTOR_MODULES = {
+    "MooncakeConnector": "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector",
+    "NixlConnector": "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector",
+}
 
 
 def expected_stages(pipeline: dict) -> list[dict]:
@@ -23,8 +26,11 @@ def expected_pd(pipeline: dict, plan: dict) -> dict:
         return {"pair": None}
     kv = pipeline["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"]
     # The class vLLM's KVConnectorFactory must load for both PD stages.
-    connector = f"{kv.get('kv_connector_module_path') or KV_CONNECTOR_MODULE}.{kv['kv_connector']}"
-    # A distributed process's config names the prefill engine it refers to (its own, or the head's).
-    bootstrap = pipeline.get("pd_bootstrap") or f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
+    module = kv.get("kv_connector_module_path") or STOCK_CONNECTOR_MODULES.get(kv["kv_connector"], "?")
+    connector = f"{module}.{kv['kv_connector']}"
+    # Mooncake: a distributed process's config names the prefill engine it refers to (its own, or the head's).
+    # NIXL has no bootstrap server: decode reaches prefill's side channel through the KV parameters handed back.
+    bootstrap = pipeline.get("pd_bootstrap") or (
+        f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}" if "bootstrap" in pipeline["ports"] else None)
     return {"pair": [0, 1], "bootstrap": bootstrap, "kv_connector": connector,
             "orchestrator": pipeline.get("process", "single") != "headless"}

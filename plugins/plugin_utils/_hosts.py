@@ -348,7 +348,7 @@ def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups
         return False
     if distributed and count and not _ports.check_zmq_slices(host, count, settings, problems):
         return False
-    return layout != "pd" or _ports.check_mooncake_slices(host, count, settings, problems)
+    return layout != "pd" or _ports.check_kv_slices(host, count, settings, problems)
 
 
 # --- every host ---------------------------------------------------------------------------------

@@ -29,17 +29,44 @@ INPUTS = "# inputs: "
 FROM_SOURCE = "# from source: "  # pins PyPI has no wheel for on the target: built on the controller (pure Python only)
 
 
-def engine_packages(engine: _engine_data.EngineVersion, pd: bool) -> list[str]:
-    """The engine venv's top-level pins: vLLM and vLLM-Omni together, Mooncake's transfer engine for PD."""
+def engine_packages(engine: _engine_data.EngineVersion, transport: str | None) -> list[str]:
+    """The engine venv's top-level pins: vLLM and vLLM-Omni together, and for PD (``transport``: the
+    KV connector, mooncake or nixl) its transfer library for the wheels' CUDA major."""
     packages = [f"vllm=={engine.vllm}", f"vllm-omni=={engine.version}"]
-    if pd:
-        variant = _engine_data.companions()["mooncake"][f"cuda{engine.wheel_cuda_major}"]
+    cuda = f"cuda{engine.wheel_cuda_major}"
+    if transport == "mooncake":
+        variant = _engine_data.companions()["mooncake"][cuda]
         packages.append(f"{variant['package']}=={variant['version']}")
+    elif transport == "nixl":
+        for part in ("meta", cuda):
+            variant = _engine_data.companions()["nixl"][part]
+            packages.append(f"{variant['package']}=={variant['version']}")
     return packages
 
 
-def engine_lock(engine: _engine_data.EngineVersion, pd: bool) -> str:
-    return f"vllm-omni-{engine.version}{'-pd' if pd else ''}"
+def excluded_packages(packages: list[str]) -> list[str]:
+    """Packages a lock leaves out although a pin requires them: NIXL's import shim (``nixl``) requires every
+    CUDA backend, and a venv needs only the one its pins name (the shim loads that one)."""
+    pinned = {pin.split("==")[0] for pin in packages}
+    backends = {variant["package"] for part, variant in _engine_data.companions()["nixl"].items() if part != "meta"}
+    return sorted(backends - pinned) if pinned & backends else []
+
+
+def constraining_lock(name: str) -> str | None:
+    """The lock whose pins constrain ``name``'s when it is made: an engine's PD and aggregated venvs differ
+    only by their transfer library, so each takes the aggregated venv's versions of everything else."""
+    for version in _engine_data.supported_versions():
+        engine = _engine_data.support_table()[version]
+        base = engine_lock(engine, None)
+        if name != base and name.startswith(base + "-"):
+            return base
+    return None
+
+
+def engine_lock(engine: _engine_data.EngineVersion, transport: str | None) -> str:
+    """The engine venv's lock: ``-pd`` with Mooncake (the first PD connector), ``-pd-nixl`` with NIXL."""
+    suffix = {None: "", "mooncake": "-pd", "nixl": "-pd-nixl"}[transport]
+    return f"vllm-omni-{engine.version}{suffix}"
 
 
 def simulator_packages() -> list[str]:
@@ -83,8 +110,11 @@ def all_locks() -> dict[str, list[str]]:
              master_lock(): master_packages(), uv_lock(): uv_packages()}
     for version in _engine_data.supported_versions():
         engine = _engine_data.support_table()[version]
-        for pd in sorted({layout == "pd" for layout in engine.layouts}):
-            locks[engine_lock(engine, pd)] = engine_packages(engine, pd)
+        transports: list[str | None] = [None] if "aggregated" in engine.layouts else []
+        if "pd" in engine.layouts:
+            transports += sorted(engine.kv_connectors)
+        for transport in transports:
+            locks[engine_lock(engine, transport)] = engine_packages(engine, transport)
     return dict(sorted(locks.items()))
 
 

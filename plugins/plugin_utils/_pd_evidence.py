@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
 # PRIVATE to the collection: may change or disappear in any release.
-"""Did one request really go prefill -> Mooncake -> decode? Judged from a pipeline's log.
+"""Did one request really go prefill -> KV transfer -> decode? Judged from a pipeline's log.
 
 A PD pipeline can answer with text while the split is broken: that is why deploy's smoke test
 and upgrade's verify send each PD pipeline a request with a known ``request_id`` and then read

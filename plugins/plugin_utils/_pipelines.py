@@ -28,6 +28,7 @@ PIPELINE_DROPIN = _footprint.PIPELINE_DROPIN
 OWNED_ENV = frozenset({
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
     "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE",
     "HF_HOME", "HF_HUB_OFFLINE",
     "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT", "VLLM_OMNI_MODEL_SNAPSHOT",
 })
@@ -171,12 +172,17 @@ def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]
     return stages
 
 
-def mooncake_plan(settings: dict) -> dict:
-    """A PD pipeline's KV-transfer settings: the transport, and what happens when a hand-off fails or is never claimed."""
-    return {"protocol": settings["vllm_omni_mooncake_protocol"],
-            "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"]),
-            "kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"],
-            "abort_timeout": settings["vllm_omni_mooncake_abort_timeout"]}
+def kv_transfer_plan(settings: dict) -> tuple[str, dict]:
+    """A PD pipeline's KV-transfer settings, under the plan key of its connector (``mooncake`` or ``nixl``):
+    the transport, and what happens when a hand-off fails or is never claimed."""
+    if settings["vllm_omni_kv_connector"] == "nixl":
+        # UCX picks the transport itself (RDMA where the host has verbs devices, TCP otherwise); a prefill
+        # engine frees KV nobody claimed after NIXL's own lease (30 s, renewed while decode pulls).
+        return "nixl", {"kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"]}
+    return "mooncake", {"protocol": settings["vllm_omni_mooncake_protocol"],
+                        "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"]),
+                        "kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"],
+                        "abort_timeout": settings["vllm_omni_mooncake_abort_timeout"]}
 
 
 def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
@@ -197,7 +203,12 @@ def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[s
     if settings["vllm_omni_model_source"] != "none":
         # The staged snapshot (refs/main points at it): a new revision changes this file and restarts the engine.
         env["VLLM_OMNI_MODEL_SNAPSHOT"] = settings["vllm_omni_model_revision"]
-    if settings["vllm_omni_layout"] == "pd":
+    if "nixl_side_channel" in ports:
+        # Where this host's NIXL engines listen for handshakes and what they tell decode; each engine's own
+        # port is in its stage config (ServeNixlConnector), since one environment serves both stages.
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = ip
+        env["UCX_TCP_PORT_RANGE"] = f"{ports['ucx_tcp'][0]}-{ports['ucx_tcp'][1]}"
+    elif settings["vllm_omni_layout"] == "pd":
         if "bootstrap" in ports:  # a prefill engine's bootstrap server (decode engines run none)
             env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
         env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
@@ -287,13 +298,15 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         return {"name": "simulator", "packages": _locks.simulator_packages(),
                 "lock": _locks.simulator_lock(), "venv": f"{root}/venvs/xpyd-sim-{version}",
                 "stand_in": True, "kv_connector": None}
-    pd = settings["vllm_omni_layout"] == "pd"
-    kv_connector = None
-    if pd and engine.kv_connector:
-        # The engine role copies roles/engine/files/<file> into the venv's site-packages.
-        kv_connector = {**engine.kv_connector, "file": f"{engine.kv_connector['module']}.py"}
-    return {"name": "engine", "packages": _locks.engine_packages(engine, pd),
-            "lock": _locks.engine_lock(engine, pd),
+    transport = settings["vllm_omni_kv_connector"] if settings["vllm_omni_layout"] == "pd" else None
+    kv_connector = engine.kv_connector(transport) if transport else None
+    if kv_connector:
+        # The engine role copies roles/engine/files/<file> into the venv's site-packages, and checks that the
+        # transport's library loads (mooncake, nixl).
+        kv_connector["file"] = f"{kv_connector['module']}.py"
+        kv_connector["transport"] = transport
+    return {"name": "engine", "packages": _locks.engine_packages(engine, transport),
+            "lock": _locks.engine_lock(engine, transport),
             "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False, "kv_connector": kv_connector}
 
 
@@ -407,14 +420,19 @@ class PipelineBuilder:
         stages = []
         for stage_id, role in enumerate(_distributed.ROLES):
             source = item if role == item.engine.role else first[role]
-            stages.append({
+            stage = {
                 "id": stage_id, "role": role, "devices": ",".join(str(i) for i in range(deployment.tp)),
                 "tensor_parallel_size": deployment.tp, "reads_from": [0] if role == "decode" else [],
                 "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
                 "engine_id": f"{source.engine.host}-{source.process}-{role}", "kv_ip": source.ip,
-                "bootstrap": prefill.ports["bootstrap"], "replicas": deployment.replicas[role],
+                "replicas": deployment.replicas[role],
                 "physical_gpus": list(item.engine.gpus) if source is item else [],
-            })
+            }
+            if "bootstrap" in prefill.ports:
+                stage["bootstrap"] = prefill.ports["bootstrap"]
+            else:  # NIXL: each engine's own handshake port (decode reaches prefill's through the KV it hands back)
+                stage["side_channel_port"] = source.ports["nixl_side_channel"][role]
+            stages.append(stage)
         return stages
 
     def _process_entry(self, item: _Placed, context: _DistributedContext) -> dict:
@@ -439,7 +457,8 @@ class PipelineBuilder:
             "stages": self._distributed_stages(item, context.first),
             "ports": ports,
             "kv_ip": ip,
-            "pd_bootstrap": f"{prefill.ip}:{prefill.ports['bootstrap']}",
+            # Mooncake: the bootstrap server of the prefill engine the config names (NIXL has none).
+            "pd_bootstrap": f"{prefill.ip}:{prefill.ports['bootstrap']}" if "bootstrap" in prefill.ports else None,
             # Only the head serves the API. A headless engine has no HTTP server: it is healthy when its
             # unit runs and the head's /health answers; its simulator stand-in answers /health itself.
             "url": f"http://{ip}:{ports['api']}" if engine.is_head else None,
@@ -450,8 +469,9 @@ class PipelineBuilder:
                      headless_argv(deployment, self.backend, ip, ports, paths, stage_id, engine.role, context.master)),
             "master": {"address": context.master[0], "port": context.master[1]},
             "placement": {"score": None, "explain": context.explain},
-            "mooncake": mooncake_plan(settings),
         }
+        kv_key, kv_plan = kv_transfer_plan(settings)
+        entry[kv_key] = kv_plan
         entry["api_key_env"] = self._api_key_env(entry)
         entry["stage_config"] = self._stage_config_document(entry)
         return entry
@@ -496,7 +516,8 @@ class PipelineBuilder:
             "placement": {"score": placement["score"], "explain": placement["explain"]},
         }
         if deployment.layout == "pd":
-            pipeline["mooncake"] = mooncake_plan(settings)
+            kv_key, kv_plan = kv_transfer_plan(settings)
+            pipeline[kv_key] = kv_plan
         pipeline["api_key_env"] = self._api_key_env(pipeline)
         pipeline["stage_config"] = self._stage_config_document(pipeline)
         return pipeline

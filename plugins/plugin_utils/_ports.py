@@ -32,26 +32,40 @@ Range = tuple[str, str, tuple[int, int]]
 
 
 def pipeline_ports(settings: dict, index: int) -> dict[str, Any]:
-    """Process ``index``'s ports on its host: one each from the API and bootstrap bases, and its slice of
-    the Mooncake range (a single-process pipeline's index is the pipeline's)."""
+    """Process ``index``'s ports on its host (a single-process pipeline's index is the pipeline's): one from
+    the API base and, for PD, the KV transfer's: Mooncake's bootstrap port and slice of its RPC range, or
+    NIXL's two side-channel ports (prefill's, decode's) and slice of the UCX range."""
     ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
-    if settings["vllm_omni_layout"] == "pd":
-        ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
-        slice_size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
-        first = settings["vllm_omni_mooncake_rpc_port_range"][0] + index * slice_size
-        ports["mooncake_rpc"] = [first, first + slice_size - 1]
+    if settings["vllm_omni_layout"] != "pd":
+        return ports
+    if settings["vllm_omni_kv_connector"] == "nixl":
+        first_side = settings["vllm_omni_nixl_side_channel_port_base"] + 2 * index
+        ports["nixl_side_channel"] = {"prefill": first_side, "decode": first_side + 1}
+        ports["ucx_tcp"] = _slice(settings["vllm_omni_nixl_ucx_port_range"],
+                                  settings["vllm_omni_nixl_ucx_ports_per_pipeline"], index)
+        return ports
+    ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
+    ports["mooncake_rpc"] = _slice(settings["vllm_omni_mooncake_rpc_port_range"],
+                                   settings["vllm_omni_mooncake_rpc_ports_per_pipeline"], index)
     return ports
 
 
+def _slice(port_range: list[int], size: int, index: int) -> list[int]:
+    first = port_range[0] + index * size
+    return [first, first + size - 1]
+
+
 def process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str, Any]:
-    """A distributed process's ports: the pipeline's (a bootstrap port for prefill engines only), its
-    slice of the stage ZMQ range, and on the head the master port."""
+    """A distributed process's ports: the pipeline's KV ports for its one engine (a bootstrap port for
+    prefill engines only, its role's side channel), its slice of the stage ZMQ range, and on the head
+    the master port."""
     ports = pipeline_ports(settings, index)
     if role != "prefill":
         ports.pop("bootstrap", None)
-    size = settings["vllm_omni_stage_zmq_ports_per_process"]
-    first = settings["vllm_omni_stage_zmq_port_range"][0] + index * size
-    ports["zmq"] = [first, first + size - 1]
+    if "nixl_side_channel" in ports:
+        ports["nixl_side_channel"] = {role: ports["nixl_side_channel"][role]}
+    ports["zmq"] = _slice(settings["vllm_omni_stage_zmq_port_range"], settings["vllm_omni_stage_zmq_ports_per_process"],
+                          index)
     if head:
         ports["master"] = settings["vllm_omni_stage_master_port_base"] + index
     return ports
@@ -66,7 +80,12 @@ def engine_ranges(count: int, settings: dict, layout: str, distributed: bool = F
     the last process are assigned, and the whole Mooncake RPC and stage ZMQ ranges the slices come from."""
     first, last = pipeline_ports(settings, 0), pipeline_ports(settings, count - 1)
     ranges = [("API ports", "vllm_omni_api_port_base", (first["api"], last["api"]))]
-    if layout == "pd":
+    if layout == "pd" and "nixl_side_channel" in first:
+        ranges.append(("NIXL side-channel ports", "vllm_omni_nixl_side_channel_port_base",
+                       (first["nixl_side_channel"]["prefill"], last["nixl_side_channel"]["decode"])))
+        low, high = settings["vllm_omni_nixl_ucx_port_range"]
+        ranges.append(("UCX TCP ports", "vllm_omni_nixl_ucx_port_range", (low, high)))
+    elif layout == "pd":
         low, high = settings["vllm_omni_mooncake_rpc_port_range"]
         ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (first["bootstrap"], last["bootstrap"])))
         ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
@@ -129,20 +148,30 @@ def check_ports(host: str, ranges: list[Range], problems: Problems, count: int =
     return ok
 
 
-def check_mooncake_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
-    """Each PD pipeline gets its own slice of the Mooncake RPC range, big enough for its KV workers."""
-    low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-    size = settings["vllm_omni_mooncake_rpc_ports_per_pipeline"]
+# The KV transfer's data-port slices, per connector: (plan key, range setting, slice-size setting, what
+# needs the ports).
+KV_SLICES = {
+    "mooncake": ("mooncake_rpc", "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                 "2 listeners per prefill/decode GPU worker, doubled for restarts"),
+    "nixl": ("ucx_tcp", "vllm_omni_nixl_ucx_port_range", "vllm_omni_nixl_ucx_ports_per_pipeline",
+             "a UCX agent per prefill/decode GPU worker with a listener per network interface, doubled for restarts"),
+}
+
+
+def check_kv_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
+    """Each PD pipeline gets its own slice of the KV transfer's data-port range, big enough for its KV workers."""
+    key, range_name, size_name, why = KV_SLICES[settings["vllm_omni_kv_connector"]]
+    low, high = settings[range_name]
+    size = settings[size_name]
     needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
     ok = True
     if size < needed:
-        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rpc_ports_per_pipeline",
-                     f"is {size}; a pipeline at TP {settings['vllm_omni_tensor_parallel_size']} needs {needed} "
-                     "(2 listeners per prefill/decode GPU worker, doubled for restarts)",
+        problems.add(ALL_HOSTS, size_name,
+                     f"is {size}; a pipeline at TP {settings['vllm_omni_tensor_parallel_size']} needs {needed} ({why})",
                      f"set it to at least {needed}")
         ok = False
-    if count and pipeline_ports(settings, count - 1)["mooncake_rpc"][1] > high:  # the last pipeline's slice
-        problems.add(host_where(host), "vllm_omni_mooncake_rpc_port_range",
+    if count and pipeline_ports(settings, count - 1)[key][1] > high:  # the last pipeline's slice
+        problems.add(host_where(host), range_name,
                      f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host runs "
                      f"{count} pipelines",
                      f"widen it to at least {count * size} ports, e.g. [{low}, {low + count * size - 1}]")
@@ -170,7 +199,8 @@ def check_zmq_slices(host: str, count: int, settings: dict, problems: Problems) 
 ENGINE_PORT_SETTINGS = {
     "api": "vllm_omni_api_port_base", "mooncake_bootstrap": "vllm_omni_bootstrap_port_base",
     "mooncake_rpc": "vllm_omni_mooncake_rpc_port_range", "stage_master": "vllm_omni_stage_master_port_base",
-    "stage_zmq": "vllm_omni_stage_zmq_port_range",
+    "stage_zmq": "vllm_omni_stage_zmq_port_range", "nixl_side_channel": "vllm_omni_nixl_side_channel_port_base",
+    "ucx_tcp": "vllm_omni_nixl_ucx_port_range",
 }
 SERVICE_PORT_SETTINGS = {
     ("router", "api"): "vllm_omni_router_port", ("router", "metrics"): "vllm_omni_router_metrics_port",
@@ -227,12 +257,18 @@ def listen_ports(pipelines: list[dict], layout: str, stand_in: bool = False) -> 
         if process != "headless" or stand_in:
             ranges.append({"service": name, "purpose": "api", "first": ports["api"], "last": ports["api"],
                            **(own if process == "headless" else {})})
-        if layout == "pd":
-            if "bootstrap" in ports:
-                ranges.append({"service": name, "purpose": "mooncake_bootstrap",
-                               "first": ports["bootstrap"], "last": ports["bootstrap"], **own})
+        if "bootstrap" in ports:
+            ranges.append({"service": name, "purpose": "mooncake_bootstrap",
+                           "first": ports["bootstrap"], "last": ports["bootstrap"], **own})
+        if "mooncake_rpc" in ports:
             ranges.append({"service": name, "purpose": "mooncake_rpc",
                            "first": ports["mooncake_rpc"][0], "last": ports["mooncake_rpc"][1], **own})
+        if "nixl_side_channel" in ports:
+            side = sorted(ports["nixl_side_channel"].values())
+            ranges.append({"service": name, "purpose": "nixl_side_channel", "first": side[0], "last": side[-1], **own})
+        if "ucx_tcp" in ports:
+            ranges.append({"service": name, "purpose": "ucx_tcp",
+                           "first": ports["ucx_tcp"][0], "last": ports["ucx_tcp"][1], **own})
         if "master" in ports:
             ranges.append({"service": name, "purpose": "stage_master", "first": ports["master"],
                            "last": ports["master"], **own})

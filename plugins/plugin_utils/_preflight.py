@@ -37,6 +37,10 @@ def _address_of(plan: dict, host: str) -> str | None:
     return None
 
 
+# Ranges a transfer engine picks free ports from, and the setting that moves each.
+SLICE_SETTINGS = {"mooncake_rpc": "vllm_omni_mooncake_rpc_port_range", "ucx_tcp": "vllm_omni_nixl_ucx_port_range"}
+
+
 def _ports(plan: dict, host: str, listening: list[dict]) -> list[dict]:
     ip = _address_of(plan, host)
     foreign = [s for s in listening if not s.get("unit")]
@@ -44,15 +48,15 @@ def _ports(plan: dict, host: str, listening: list[dict]) -> list[dict]:
     for planned in _services_on(plan, host):
         label = f"{planned.get('service', '?')} {planned['purpose']}"
         first, last = planned["first"], planned["last"]
-        if planned["purpose"] == "mooncake_rpc":
-            # The transfer engine picks free ports inside its range: a few taken ones are fine.
+        if planned["purpose"] in SLICE_SETTINGS:
+            # The transfer engine (Mooncake, UCX) picks free ports inside its range: a few taken ones are fine.
             taken = sorted({s["port"] for s in foreign if first <= s["port"] <= last})
             size = last - first + 1
             if taken:
                 status = "fail" if len(taken) * 2 > size else "warn"
                 checks.append(_check(f"ports {label}", status,
                                      f"{len(taken)} of {size} ports in {first}-{last} are taken by other processes",
-                                     "free them or move vllm_omni_mooncake_rpc_port_range"))
+                                     f"free them or move {SLICE_SETTINGS[planned['purpose']]}"))
             continue
         clashes = [s for s in foreign if s["port"] == first and (s["address"] in ANY_ADDRESS or s["address"] == ip)]
         if clashes:
@@ -166,7 +170,8 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
                              "(RDMA registration fails without it)"))
     checks += _ports(plan, host, facts.get("listening", []))
     protocol = plan["settings"]["vllm_omni_mooncake_protocol"]["value"]
-    if engine_host and plan["layout"] == "pd" and protocol == "rdma":
+    mooncake = plan["settings"].get("vllm_omni_kv_connector", {}).get("value", "mooncake") == "mooncake"
+    if engine_host and plan["layout"] == "pd" and mooncake and protocol == "rdma":
         devices = facts.get("rdma_devices")
         wanted = plan["settings"]["vllm_omni_mooncake_rdma_devices"]["value"]
         if devices is None:

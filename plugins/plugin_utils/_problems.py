@@ -65,12 +65,17 @@ class Problems:
 
 
 def _merge_hosts(problems: list[Problem]) -> list[Problem]:
-    """One line for a problem that several hosts share (e.g. a misspelled -e variable)."""
+    """One line for a problem that several hosts share (e.g. a misspelled -e variable), and once for one that
+    per-host checks found again for the whole deployment (a deployment setting too small for every host)."""
     groups: dict[tuple[str, str, str], list[str]] = {}
     order: list[tuple[str, str, str] | Problem] = []
+    seen: set[tuple[str, str, str, str]] = set()
     for problem in problems:
         if not problem.where.startswith("host "):
-            order.append(problem)
+            key = (problem.where, problem.variable, problem.problem, problem.fix)
+            if key not in seen:
+                seen.add(key)
+                order.append(problem)
             continue
         key = (problem.variable, problem.problem, problem.fix)
         if key not in groups:

@@ -521,6 +521,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_api_port_base", DEPLOYMENT, 8091, "port",
             "API port of a host's first pipeline; pipeline i listens on base + i.",
             lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_kv_connector", DEPLOYMENT, "mooncake", "`mooncake` or `nixl`",
+            "PD: how prefill's KV reaches decode. `mooncake`: Mooncake's transfer engine (TCP or RDMA, "
+            "vllm_omni_mooncake_*). `nixl`: NVIDIA's NIXL over UCX, which picks RDMA where the host has "
+            "verbs devices and TCP otherwise (vllm_omni_nixl_*). Both through the collection's subclass of "
+            "vLLM's connector; which versions run which: the README's support matrix.",
+            lambda v, n: check_choice(v, n, ("mooncake", "nixl"))),
     Setting("vllm_omni_bootstrap_port_base", DEPLOYMENT, 8998, "port",
             "Mooncake bootstrap port (VLLM_MOONCAKE_BOOTSTRAP_PORT) of a host's first pipeline; "
             "pipeline i uses base + i.",
@@ -552,6 +558,20 @@ SETTINGS: tuple[Setting, ...] = (
             "transfer 60 s after it. Long enough for a busy decode to schedule the request, short enough "
             "that KV a dead or vanished decode never pulls is back within minutes.",
             lambda v, n: check_int(v, n, 10, 3600)),
+    Setting("vllm_omni_nixl_side_channel_port_base", DEPLOYMENT, 5600, "port",
+            "NIXL: the handshake port of a host's first KV engine; process i's prefill engine listens on "
+            "base + 2i, its decode engine on base + 2i + 1 (each stage's own, in its stage config). Open "
+            "between inventory hosts.",
+            lambda v, n: check_int(v, n, 1024, 65535)),
+    Setting("vllm_omni_nixl_ucx_port_range", DEPLOYMENT, [17000, 17999], "[first, last]",
+            "NIXL: ports UCX's TCP transport may listen on; process i of a host gets the i-th slice "
+            "(UCX_TCP_PORT_RANGE). Open between inventory hosts.",
+            check_port_range),
+    Setting("vllm_omni_nixl_ucx_ports_per_pipeline", DEPLOYMENT, 64, "int",
+            "NIXL: size of each process's slice of the UCX range. Fixed, so adding or removing a pipeline "
+            "never moves (and restarts) the others; needs at least 8 per thinker GPU (a UCX agent per "
+            "prefill/decode worker, listeners per network interface).",
+            lambda v, n: check_int(v, n, 8, 8192)),
     Setting("vllm_omni_stage_engine_args", DEPLOYMENT, {}, "mapping",
             "Per-stage engine argument overrides: `{stage: {arg: value}}`. Stages: prefill, decode, "
             "talker, code2wav (pd) or thinker, talker, code2wav (aggregated); `thinker` in pd sets both "

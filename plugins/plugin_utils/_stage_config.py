@@ -31,7 +31,8 @@ from typing import Any
 from ._engine_data import EngineVersion
 from ._stages import LAYOUT_ROLES, MODEL_STAGE
 
-KV_CONNECTOR = "MooncakeConnector"
+# vLLM's own connector class per transport (vllm_omni_kv_connector), and where vLLM finds it.
+STOCK_CONNECTORS = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector"}
 LEGACY_REQUIRED_KEYS = {
     "runtime": "every stage needs runtime.devices",
     "final_output": "non-final stages need final_output: false",
@@ -68,45 +69,65 @@ def build_document(engine: EngineVersion, pipeline: dict, overrides: dict) -> di
     return _build_deploy(engine, pipeline, overrides)
 
 
-def kv_connector_name(engine: EngineVersion) -> tuple[str, str | None]:
-    """(kv_connector, kv_connector_module_path) PD stages of ``engine``'s version load.
+def kv_connector_name(engine: EngineVersion, transport: str = "mooncake") -> tuple[str, str | None]:
+    """(kv_connector, kv_connector_module_path) PD stages of ``engine``'s version load for ``transport``.
 
-    Where the support table names a connector of ours, that one (vLLM-Omni only requires the name
-    to contain "mooncake"); vLLM's own MooncakeConnector otherwise.
+    Where the support table names a connector of ours, that one (vLLM-Omni only requires the Mooncake
+    name to contain "mooncake"); vLLM's own class otherwise.
     """
-    if engine.kv_connector:
-        return engine.kv_connector["class"], engine.kv_connector["module"]
-    return KV_CONNECTOR, None
+    ours = engine.kv_connector(transport)
+    if ours:
+        return ours["class"], ours["module"]
+    return STOCK_CONNECTORS[transport], None
+
+
+def transport_of(kv: dict) -> str:
+    """Which transport a stage's kv_transfer_config names: nixl for a NIXL class, mooncake otherwise."""
+    return "nixl" if "nixl" in str(kv.get("kv_connector", "")).lower() else "mooncake"
 
 
 def _kv_transfer_config(stage: dict, pipeline: dict, engine: EngineVersion) -> dict:
-    mooncake = pipeline["mooncake"]
-    extra: dict[str, Any] = {
-        # Read only by vllm-omni's PD validation; the engine's bootstrap address itself comes from
-        # VLLM_MOONCAKE_BOOTSTRAP_PORT in the unit environment. Kept equal so both agree.
-        "mooncake_bootstrap_port": stage.get("bootstrap", pipeline["ports"].get("bootstrap")),
-        # vLLM's MooncakeConnector defaults to rdma; always say which one we mean.
-        "mooncake_protocol": mooncake["protocol"],
-    }
-    if mooncake["rdma_devices"]:
-        extra["device_name"] = ",".join(mooncake["rdma_devices"])
-    producer = stage["kv_role"] == "kv_producer"
-    connector, module_path = kv_connector_name(engine)
+    transport = "nixl" if "nixl" in pipeline else "mooncake"
+    kv_plan = pipeline[transport]
+    connector, module_path = kv_connector_name(engine, transport)
     config = {"kv_connector": connector}
     if module_path:
         config["kv_connector_module_path"] = module_path
-    return {
-        **config,
+    common = {
         "kv_role": stage["kv_role"],
-        "kv_rank": 0 if producer else 1,
-        "kv_parallel_size": 2,
         "engine_id": stage["engine_id"],
         # A distributed process's config names where each stage's engine is (its own, or engine 0 of the
         # other role); a single-process pipeline's stages all run at its address.
         "kv_ip": stage.get("kv_ip", pipeline["kv_ip"]),
         # A failed KV load ends the request with an error (fail, vLLM 0.26's default, said on purpose) or
         # prefills it again on decode (recompute): vllm_omni_kv_load_failure_policy.
-        "kv_load_failure_policy": mooncake.get("kv_load_failure_policy", "fail"),
+        "kv_load_failure_policy": kv_plan.get("kv_load_failure_policy", "fail"),
+    }
+    if transport == "nixl":
+        side_channel = stage.get("side_channel_port", pipeline["ports"]["nixl_side_channel"].get(stage["role"]))
+        # ServeNixlConnector listens for handshakes at kv_ip:side_channel_port, the stage's own (both stages of a
+        # single-process pipeline share one environment, so VLLM_NIXL_SIDE_CHANNEL_PORT cannot tell them apart).
+        # UCX is NIXL's backend; the KV stays in GPU memory (kv_buffer_device cuda) and UCX moves it.
+        return {**config, **common, "kv_buffer_device": "cuda",
+                "kv_connector_extra_config": {"backends": ["UCX"], "side_channel_port": side_channel}}
+    extra: dict[str, Any] = {
+        # Read only by vllm-omni's PD validation; the engine's bootstrap address itself comes from
+        # VLLM_MOONCAKE_BOOTSTRAP_PORT in the unit environment. Kept equal so both agree.
+        "mooncake_bootstrap_port": stage.get("bootstrap", pipeline["ports"].get("bootstrap")),
+        # vLLM's MooncakeConnector defaults to rdma; always say which one we mean.
+        "mooncake_protocol": kv_plan["protocol"],
+    }
+    if kv_plan["rdma_devices"]:
+        extra["device_name"] = ",".join(kv_plan["rdma_devices"])
+    producer = stage["kv_role"] == "kv_producer"
+    return {
+        **config,
+        "kv_role": common["kv_role"],
+        "kv_rank": 0 if producer else 1,
+        "kv_parallel_size": 2,
+        "engine_id": common["engine_id"],
+        "kv_ip": common["kv_ip"],
+        "kv_load_failure_policy": common["kv_load_failure_policy"],
         "kv_connector_extra_config": extra,
     }
 
@@ -310,18 +331,17 @@ def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) ->
         problems.append(f"prefill kv_role is {p_kv.get('kv_role')!r}; it must be kv_producer")
     if d_kv.get("kv_role") not in ("kv_consumer", "kv_both"):
         problems.append(f"decode kv_role is {d_kv.get('kv_role')!r}; it must be kv_consumer")
+    transport = transport_of(p_kv)
     if not p_kv.get("kv_connector") or p_kv.get("kv_connector") != d_kv.get("kv_connector") \
             or p_kv.get("kv_connector_module_path") != d_kv.get("kv_connector_module_path"):
         problems.append("prefill and decode must name the same, non-empty kv_connector (and module path)")
-    elif engine.kv_connector and p_kv.get("kv_connector") == KV_CONNECTOR and not p_kv.get("kv_connector_module_path"):
-        ours, module = kv_connector_name(engine)
-        problems.append(f"kv_connector {KV_CONNECTOR} (vLLM's own) on vLLM {engine.vllm} never returns "
-                        "remote_request_id, so vLLM-Omni's orchestrator kills the engine at the first PD request "
-                        f"('Missing prefill kv_transfer_params.remote_request_id'); use kv_connector: {ours} with "
-                        f"kv_connector_module_path: {module} (installed into the engine venv by the engine role)")
+    elif engine.kv_connector(transport) and p_kv.get("kv_connector") == STOCK_CONNECTORS[transport] \
+            and not p_kv.get("kv_connector_module_path"):
+        problems.append(_stock_connector_problem(engine, transport))
     p_tp, d_tp = p_args.get("tensor_parallel_size", 1), d_args.get("tensor_parallel_size", 1)
     if p_tp != d_tp:
-        problems.append(f"prefill tensor_parallel_size {p_tp} != decode {d_tp}: MooncakeConnector needs equal sizes")
+        problems.append(f"prefill tensor_parallel_size {p_tp} != decode {d_tp}: vLLM-Omni's PD validation requires "
+                        "equal sizes")
     if p_kv.get("engine_id") and p_kv.get("engine_id") == d_kv.get("engine_id"):
         problems.append("prefill and decode share an engine_id; each needs its own")
     kv_ip = p_kv.get("kv_ip", "127.0.0.1")
@@ -329,6 +349,8 @@ def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) ->
         ipaddress.IPv4Address(kv_ip)
     except ValueError:
         problems.append(f"prefill kv_ip {kv_ip!r} is not an IPv4 address")
+    if transport == "nixl":
+        return problems + _check_nixl_pair(p_kv, d_kv)
     extra = p_kv.get("kv_connector_extra_config") or {}
     if extra.get("mooncake_protocol") not in ("tcp", "rdma"):
         problems.append("kv_connector_extra_config.mooncake_protocol must be tcp or rdma (vLLM defaults to rdma "
@@ -338,6 +360,33 @@ def _check_pd_pair(prefill, decode, engine: EngineVersion, environment: dict) ->
         problems.append(f"kv_connector_extra_config.mooncake_bootstrap_port {extra.get('mooncake_bootstrap_port')} "
                         f"!= VLLM_MOONCAKE_BOOTSTRAP_PORT {env_port}: the engine's bootstrap address uses the "
                         "environment value, its PD validation the config value")
+    return problems
+
+
+def _stock_connector_problem(engine: EngineVersion, transport: str) -> str:
+    ours, module = kv_connector_name(engine, transport)
+    stock = STOCK_CONNECTORS[transport]
+    why = ("never returns remote_request_id, so vLLM-Omni's orchestrator kills the engine at the first PD request "
+           "('Missing prefill kv_transfer_params.remote_request_id')" if transport == "mooncake" else
+           "reads its handshake port from VLLM_NIXL_SIDE_CHANNEL_PORT, which prefill and decode inherit from one API "
+           "server: both engines of a single-process pipeline would bind the same port")
+    return (f"kv_connector {stock} (vLLM's own) on vLLM {engine.vllm} {why}; use kv_connector: {ours} with "
+            f"kv_connector_module_path: {module} (installed into the engine venv by the engine role)")
+
+
+def _check_nixl_pair(p_kv: dict, d_kv: dict) -> list[str]:
+    """NIXL: each engine's handshake listener at its own kv_ip:side_channel_port (ServeNixlConnector)."""
+    problems = []
+    ports = []
+    for label, kv in (("prefill", p_kv), ("decode", d_kv)):
+        port = (kv.get("kv_connector_extra_config") or {}).get("side_channel_port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+            problems.append(f"{label} kv_connector_extra_config.side_channel_port {port!r} must be a port (1024-65535): "
+                            "the engine's NIXL handshake listener")
+        ports.append((kv.get("kv_ip", "127.0.0.1"), port))
+    if not problems and ports[0] == ports[1]:
+        problems.append(f"prefill and decode both listen for NIXL handshakes at {ports[0][0]}:{ports[0][1]}; "
+                        "each engine needs its own side_channel_port")
     return problems
 
 

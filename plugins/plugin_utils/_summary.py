@@ -45,6 +45,9 @@ def summary_lines(plan: dict) -> list[str]:
                 parts.append(f"bootstrap {ports['bootstrap']}")
             if "mooncake_rpc" in ports:
                 parts.append(f"mooncake {ports['mooncake_rpc'][0]}-{ports['mooncake_rpc'][1]}")
+            if "nixl_side_channel" in ports:
+                side = ", ".join(f"{role} {port}" for role, port in ports["nixl_side_channel"].items())
+                parts.append(f"nixl side channel {side}, ucx {ports['ucx_tcp'][0]}-{ports['ucx_tcp'][1]}")
             if "master" in ports:
                 parts.append(f"stage master {ports['master']}")
             where = pipeline["url"] or f"headless, registers with {pipeline['master']['address']}:{pipeline['master']['port']}"

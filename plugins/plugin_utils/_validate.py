@@ -270,6 +270,16 @@ def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | 
                      f"set vllm_omni_version to {' or '.join(with_layout)} for {layout}, "
                      f"or vllm_omni_layout: {engine.layouts[0]}")
         return None
+    connector = settings["vllm_omni_kv_connector"]
+    if layout == "pd" and connector not in engine.kv_connectors:
+        with_connector = [v for v in _engine_data.versions_with_layout("pd")
+                          if connector in _engine_data.support_table()[v].kv_connectors]
+        problems.add(ALL_HOSTS, "vllm_omni_kv_connector",
+                     f"is {connector}, which the collection does not run with vLLM-Omni {version} "
+                     f"(its PD connectors: {', '.join(sorted(engine.kv_connectors)) or 'none'})",
+                     (f"set vllm_omni_version to {' or '.join(with_connector)} for {connector}, or " if with_connector
+                      else "set ") + f"vllm_omni_kv_connector to one of: {', '.join(sorted(engine.kv_connectors))}")
+        return None
     if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args":
         problems.add(ALL_HOSTS, "vllm_omni_audio_output",
                      f"is false, but vLLM-Omni {version}'s stages: schema cannot drop the talker and code2wav stages "
@@ -390,11 +400,15 @@ def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | No
         warnings.append(f"vllm_omni_hf_token is set but has no effect: vllm_omni_model_source is {source}, and the "
                         "token is used only to fetch a hub source on the controller (it never reaches a host)")
     if context.layout != "pd":
-        for name in ("vllm_omni_mooncake_protocol", "vllm_omni_mooncake_rdma_devices", "vllm_omni_bootstrap_port_base",
-                     "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
-                     "vllm_omni_prefill_replicas", "vllm_omni_decode_replicas", "vllm_omni_kv_load_failure_policy",
-                     "vllm_omni_mooncake_abort_timeout"):
+        for name in (*MOONCAKE_SETTINGS, *NIXL_SETTINGS, "vllm_omni_kv_connector", "vllm_omni_prefill_replicas",
+                     "vllm_omni_decode_replicas", "vllm_omni_kv_load_failure_policy"):
             unused(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
+    else:
+        connector = settings["vllm_omni_kv_connector"]
+        for name in NIXL_SETTINGS if connector == "mooncake" else MOONCAKE_SETTINGS:
+            unused(name, f"vllm_omni_kv_connector is {connector}"
+                   + ("" if connector == "mooncake" else " (NIXL's own lease frees unclaimed KV after 30 s, renewed "
+                                                          "while decode pulls; UCX picks TCP or RDMA itself)"))
     if not (context.replicated or context.spanning):
         for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
                      "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy"):
@@ -425,6 +439,14 @@ def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | No
                 warnings.append(f"{name} lists {', '.join(map(str, mine))}, which together cover every IPv{version} "
                                 "address: every address may reach that port")
     return warnings
+
+
+# The settings only one KV connector reads (vllm_omni_kv_connector).
+MOONCAKE_SETTINGS = ("vllm_omni_mooncake_protocol", "vllm_omni_mooncake_rdma_devices", "vllm_omni_bootstrap_port_base",
+                     "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                     "vllm_omni_mooncake_abort_timeout")
+NIXL_SETTINGS = ("vllm_omni_nixl_side_channel_port_base", "vllm_omni_nixl_ucx_port_range",
+                 "vllm_omni_nixl_ucx_ports_per_pipeline")
 
 
 def check_rdma_devices(settings: dict, problems: Problems) -> None:

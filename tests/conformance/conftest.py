@@ -106,9 +106,12 @@ def install_kv_connector(version: str, venv: Path) -> Path | None:
     Copied on every session (the cached venv may hold an older revision); None for versions whose
     PD stages use vLLM's own connector.
     """
-    connector = support_table()[version].kv_connector
-    if not connector:
+    connectors = support_table()[version].kv_connectors
+    if not connectors:
         return None
+    modules = {spec["module"] for spec in connectors.values()}
+    assert len(modules) == 1, f"one module holds every connector class of a version: {modules}"
+    connector = next(iter(connectors.values()))
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     target = Path(purelib) / f"{connector['module']}.py"

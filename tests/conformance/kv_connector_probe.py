@@ -1,10 +1,10 @@
-"""Drive vllm_omni.serve's KV connector through vLLM's own Mooncake scheduler code (no GPU).
+"""Drive vllm_omni.serve's KV connectors through vLLM's own Mooncake and NIXL scheduler code (no GPU).
 
 Run by an engine venv's Python after the connector module was installed into that venv the way
 the engine role installs it (``tests/conformance/test_kv_connector.py`` does both). It builds
-real ``MooncakeConnectorScheduler`` objects (vLLM's configuration classes, a one-group KV cache
-spec), feeds them finished prefill requests and decode pulls, and prints one JSON line of what
-came back, for the stock ``MooncakeConnector`` and for ours side by side. The test asserts on it.
+real ``MooncakeConnectorScheduler`` and ``NixlPullConnectorScheduler`` objects (vLLM's configuration
+classes, a one-group KV cache spec), feeds them finished prefill requests and decode pulls, and prints
+one JSON line of what came back, for the stock connectors and for ours side by side. The test asserts on it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import RequestStatus
 
-MODULE, CLASS = "vllm_omni_serve_kv", "ServeMooncakeConnector"
+MODULE, CLASS, NIXL_CLASS = "vllm_omni_serve_kv", "ServeMooncakeConnector", "ServeNixlConnector"
 CHECK_TRANSFER = "xfer-chatcmpl-vllm-omni-serve-check-probe-1a2b3c4d"  # sent by the collection's checks
 USER_TRANSFER = "xfer-chatcmpl-0f9e8d7c6b5a-1a2b3c4d"  # any other client's request
 
@@ -49,13 +49,24 @@ def transfer_config(role: str) -> KVTransferConfig:
                             kv_connector_extra_config={"mooncake_protocol": "tcp"})
 
 
-def connector(cls, role: str, groups: int = 1):
+# The side-channel ports the plan gives a pipeline's two NIXL engines (vllm_omni_nixl_side_channel_port_base).
+NIXL_PORTS = {"kv_producer": 5612, "kv_consumer": 5613}
+
+
+def nixl_transfer_config(role: str) -> KVTransferConfig:
+    return KVTransferConfig(kv_connector=NIXL_CLASS, kv_connector_module_path=MODULE, kv_role=role,
+                            engine_id=f"probe-{role}", kv_ip=KV_IP, kv_buffer_device="cuda",
+                            kv_connector_extra_config={"backends": ["UCX"], "side_channel_port": NIXL_PORTS[role]})
+
+
+def connector(cls, role: str, groups: int = 1, config=transfer_config):
     """A scheduler-side connector built by its real constructor, with vLLM's config classes."""
     spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
     kv_cache = KVCacheConfig(num_blocks=64, kv_cache_tensors=[],
                              kv_cache_groups=[KVCacheGroupSpec([f"layer.{i}"], spec) for i in range(groups)])
-    vllm_config = SimpleNamespace(kv_transfer_config=transfer_config(role), cache_config=SimpleNamespace(block_size=16),
-                                  scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=groups == 1))
+    vllm_config = SimpleNamespace(kv_transfer_config=config(role), cache_config=SimpleNamespace(block_size=16),
+                                  scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=groups == 1),
+                                  parallel_config=SimpleNamespace(data_parallel_index=0, tensor_parallel_size=1))
     return cls(vllm_config, KVConnectorRole.SCHEDULER, kv_cache)
 
 
@@ -104,6 +115,56 @@ def decode_pull(cls) -> dict:
     return {"pending_after": len(getattr(conn, "_pulls", {}))}
 
 
+def nixl_prefill(cls, status: RequestStatus, transfer_id: str = CHECK_TRANSFER) -> dict:
+    """A NIXL prefill the orchestrator marked for remote decode, allocated, then finished with ``status``."""
+    conn = connector(cls, "kv_producer", config=nixl_transfer_config)
+    kv_params = {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": transfer_id}
+    request = SimpleNamespace(request_id="chatcmpl-probe-0a1b", status=status, kv_transfer_params=kv_params,
+                              num_computed_tokens=40)
+    conn.update_state_after_alloc(request, Blocks(()), 0)
+    delay, returned = conn.request_finished(request, [10, 20])
+    return {"delay_free_blocks": delay, "returned": returned}
+
+
+def nixl_decode_pull(cls) -> dict:
+    """A NIXL decode request told to pull KV from the prefill's side channel, then told the KV arrived."""
+    conn = connector(cls, "kv_consumer", config=nixl_transfer_config)
+    params = {"do_remote_prefill": True, "do_remote_decode": False, "transfer_id": CHECK_TRANSFER,
+              "remote_engine_id": "probe-kv_producer", "remote_request_id": "chatcmpl-probe-0a1b",
+              "remote_block_ids": [10, 20], "remote_host": KV_IP, "remote_port": NIXL_PORTS["kv_producer"],
+              "tp_size": 1}
+    request = SimpleNamespace(request_id="chatcmpl-probe-9z", status=RequestStatus.WAITING_FOR_REMOTE_KVS,
+                              kv_transfer_params=params, prompt_token_ids=list(range(40)))
+    conn.update_state_after_alloc(request, Blocks(([1, 2, 3],)), 40)
+    queued = conn.connector_scheduler._reqs_need_recv.get(request.request_id)
+    conn.update_connector_output(KVConnectorOutput(finished_recving={"chatcmpl-probe-9z"}))
+    return {"queued_for_recv": None if queued is None else [list(group) for group in queued[1]],
+            "pending_after": len(getattr(conn, "_pulls", {}))}
+
+
+def nixl_cases(captured: Captured) -> dict:
+    """The same questions of ServeNixlConnector against vLLM's NixlConnector."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
+
+    ours = KVConnectorFactory.get_connector_class(nixl_transfer_config("kv_producer"))
+    result = {"factory_class": f"{ours.__module__}.{ours.__qualname__}",
+              "is_nixl_subclass": issubclass(ours, NixlConnector), "side_channels": {}, "cases": {}}
+    for label, cls in (("stock", NixlConnector), ("ours", ours)):
+        result["side_channels"][label] = {
+            role: [scheduler.side_channel_host, scheduler.side_channel_port]
+            for role in NIXL_PORTS
+            for scheduler in [connector(cls, role, config=nixl_transfer_config).connector_scheduler]}
+        start = len(captured.lines)
+        cases = result["cases"]
+        cases[f"{label}/length_capped"] = nixl_prefill(cls, RequestStatus.FINISHED_LENGTH_CAPPED)
+        cases[f"{label}/eos_first_token"] = nixl_prefill(cls, RequestStatus.FINISHED_STOPPED)
+        cases[f"{label}/aborted"] = nixl_prefill(cls, RequestStatus.FINISHED_ABORTED)
+        cases[f"{label}/prefill_log"] = [line for line in captured.lines[start:] if "prefill handed off" in line]
+        start = len(captured.lines)
+        cases[f"{label}/decode_pull"] = {**nixl_decode_pull(cls), "log": captured.lines[start:]}
+    return result
+
+
 def main() -> int:
     captured = Captured()
     logging.getLogger("vllm").addHandler(captured)
@@ -124,6 +185,7 @@ def main() -> int:
         start = len(captured.lines)
         cases[f"{label}/decode_pull"] = {**decode_pull(cls), "log": captured.lines[start:]}
     result["prefill_log"] = [line for line in captured.lines if "prefill handed off" in line]
+    result["nixl"] = nixl_cases(captured)
     # Other clients' requests: DEBUG only, plus the periodic count (forced due here).
     module = sys.modules[ours.__module__]
     start = len(captured.lines)

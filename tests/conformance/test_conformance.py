@@ -112,10 +112,13 @@ def test_engine_loads_every_pipeline_as_planned(request, case, checked, renders)
             assert answer["pd_pair"] == [0, 1]
             # vLLM's own factory finds the connector the plan names, for both PD stages.
             assert answer["kv_connectors"] == dict.fromkeys(("0", "1"), expected_pd(pipeline, plan)["kv_connector"])
-            # The prefill engine the config names: its own, or (a distributed pipeline's decode) the head's.
-            bootstrap = pipeline.get("pd_bootstrap") or f"{pipeline['kv_ip']}:{pipeline['ports']['bootstrap']}"
+            # Mooncake: the prefill engine the config names: its own, or (a distributed pipeline's decode) the
+            # head's. NIXL has no bootstrap server (the engine finds none in a NIXL config).
+            bootstrap = expected_pd(pipeline, plan)["bootstrap"]
             assert answer["pd_bootstrap_addr"] == bootstrap
-            if pipeline["process"] != "headless":  # only the orchestrator hands decode an address
+            if bootstrap is None:
+                assert "nixl_side_channel" in pipeline["ports"]
+            elif pipeline["process"] != "headless":  # only the orchestrator hands decode an address
                 assert answer["runtime_bootstrap_addr"] == f"http://{bootstrap}"
         else:
             assert answer["pd_pair"] is None

@@ -1,9 +1,11 @@
-"""The collection's KV connector against vLLM's own Mooncake code, in each version's engine venv.
+"""The collection's KV connectors against vLLM's own Mooncake and NIXL code, in each version's engine venv.
 
 vLLM 0.26.0's MooncakeConnector finishes a prefill without handing ``remote_request_id`` back;
 vLLM-Omni's orchestrator then raises and the engine dies at the first PD request (seen on an H200).
-``kv_connector_probe.py`` drives vLLM's real ``MooncakeConnectorScheduler`` through the stock
-class and ours; these tests pin down what each returns.
+vLLM's NixlConnector hands it back, but every engine of a pipeline listens at the one side-channel
+port of the pipeline's environment. ``kv_connector_probe.py`` drives vLLM's real
+``MooncakeConnectorScheduler`` and ``NixlPullConnectorScheduler`` through the stock classes and ours;
+these tests pin down what each returns.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidenc
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table, supported_versions
 
 PROBE = REPO / "tests" / "conformance" / "kv_connector_probe.py"
-PD_VERSIONS = [v for v in supported_versions() if support_table()[v].kv_connector]
+PD_VERSIONS = [v for v in supported_versions() if support_table()[v].kv_connector("mooncake")]
 
 
 @pytest.fixture(scope="module", params=PD_VERSIONS)
@@ -43,7 +45,7 @@ def _record(request, probe):
 
 def test_vllm_loads_our_class_from_the_rendered_names(probe):
     version, result = probe
-    connector = support_table()[version].kv_connector
+    connector = support_table()[version].kv_connector("mooncake")
     assert result["factory_class"] == f"{connector['module']}.{connector['class']}"
     assert result["is_mooncake_subclass"] is True
 
@@ -99,3 +101,50 @@ def test_import_refuses_a_vllm_it_was_not_written_for(probe):
     _unused, result = probe
     assert result["guard"]["rc"] != 0
     assert "is written for vLLM" in result["guard"]["last_line"]
+
+
+# --- NIXL ---------------------------------------------------------------------------------------------
+
+
+def test_nixl_loads_our_class_from_the_rendered_names(probe):
+    version, result = probe
+    connector = support_table()[version].kv_connector("nixl")
+    assert result["nixl"]["factory_class"] == f"{connector['module']}.{connector['class']}"
+    assert result["nixl"]["is_nixl_subclass"] is True
+
+
+def test_stock_nixl_puts_both_engines_of_a_pipeline_on_one_side_channel(probe):
+    """What the class exists for; when this fails, vLLM reads the port per stage: re-check the need."""
+    _unused, result = probe
+    stock = result["nixl"]["side_channels"]["stock"]
+    assert stock["kv_producer"] == stock["kv_consumer"]
+    assert result["nixl"]["side_channels"]["ours"] == {"kv_producer": ["10.1.2.3", 5612],
+                                                       "kv_consumer": ["10.1.2.3", 5613]}
+
+
+@pytest.mark.parametrize("case", ["length_capped", "eos_first_token"])
+def test_nixl_prefill_hands_back_its_own_side_channel(probe, case):
+    _unused, result = probe
+    ours, stock = result["nixl"]["cases"][f"ours/{case}"], result["nixl"]["cases"][f"stock/{case}"]
+    assert ours["delay_free_blocks"] is True and ours["returned"]["remote_request_id"] == "chatcmpl-probe-0a1b"
+    assert (ours["returned"]["remote_host"], ours["returned"]["remote_port"]) == ("10.1.2.3", 5612)
+    # Everything else exactly as vLLM's own class returns it.
+    assert {k: v for k, v in ours["returned"].items() if k not in ("remote_host", "remote_port")} == \
+        {k: v for k, v in stock["returned"].items() if k not in ("remote_host", "remote_port")}
+
+
+def test_nixl_aborted_prefill_keeps_vllms_behaviour(probe):
+    _unused, result = probe
+    assert result["nixl"]["cases"]["ours/aborted"] == result["nixl"]["cases"]["stock/aborted"] == \
+        {"delay_free_blocks": False, "returned": None}
+
+
+def test_nixl_hand_off_and_receipt_are_logged_and_judged(probe):
+    _unused, result = probe
+    cases = result["nixl"]["cases"]
+    assert cases["stock/prefill_log"] == [] and len(cases["ours/prefill_log"]) == 2
+    assert cases["ours/decode_pull"]["queued_for_recv"] == cases["stock/decode_pull"]["queued_for_recv"] == [[1, 2, 3]]
+    assert cases["ours/decode_pull"]["pending_after"] == 0
+    decode_log = [line for line in cases["ours/decode_pull"]["log"] if "decode received KV" in line]
+    verdict = _pd_evidence.judge("\n".join(cases["ours/prefill_log"][:1] + decode_log), "vllm-omni-serve-check-probe")
+    assert verdict["ok"], verdict

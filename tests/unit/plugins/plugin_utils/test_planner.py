@@ -103,7 +103,7 @@ def test_pd_stages_carry_the_flags_roles_and_kv_wiring_the_engine_checks():
     assert p_kv["kv_connector"] == d_kv["kv_connector"] == "ServeMooncakeConnector"
     assert p_kv["kv_connector_module_path"] == d_kv["kv_connector_module_path"] == "vllm_omni_serve_kv"
     assert plan["backend"]["kv_connector"] == {"module": "vllm_omni_serve_kv", "class": "ServeMooncakeConnector",
-                                               "revision": 2, "file": "vllm_omni_serve_kv.py"}
+                                               "revision": 3, "file": "vllm_omni_serve_kv.py", "transport": "mooncake"}
     assert p_kv["kv_ip"] == "10.0.0.11"
     assert p_kv["engine_id"] == "gpu-a-omni1-prefill" and d_kv["engine_id"] == "gpu-a-omni1-decode"
     assert p_kv["kv_connector_extra_config"]["mooncake_bootstrap_port"] == 8999
@@ -117,6 +117,67 @@ def test_pd_stages_carry_the_flags_roles_and_kv_wiring_the_engine_checks():
     for stage in (prefill, decode, talker, code2wav):
         assert "input_connectors" not in stage
         assert "final_output" in stage and "final_output_type" in stage
+
+
+def test_nixl_gives_each_engine_its_own_side_channel_and_ucx_slice_and_no_mooncake_ports():
+    plan = build_plan(one_host(gpus=range(6), vllm_omni_kv_connector="nixl", vllm_omni_audio_output=False))
+    first, second = pipelines(plan)[:2]
+    prefill, decode = second["stage_config"]["stage_args"]
+    p_kv, d_kv = prefill["engine_args"]["kv_transfer_config"], decode["engine_args"]["kv_transfer_config"]
+    assert p_kv["kv_connector"] == d_kv["kv_connector"] == "ServeNixlConnector"
+    assert p_kv["kv_connector_module_path"] == "vllm_omni_serve_kv" and p_kv["kv_buffer_device"] == "cuda"
+    assert (p_kv["kv_role"], d_kv["kv_role"]) == ("kv_producer", "kv_consumer")
+    # Pipeline 1 of the host: prefill base + 2, decode base + 3; pipeline 0 had 5600 and 5601.
+    assert p_kv["kv_connector_extra_config"] == {"backends": ["UCX"], "side_channel_port": 5602}
+    assert d_kv["kv_connector_extra_config"] == {"backends": ["UCX"], "side_channel_port": 5603}
+    assert first["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"][
+        "kv_connector_extra_config"]["side_channel_port"] == 5600
+    assert p_kv["kv_ip"] == d_kv["kv_ip"] == "10.0.0.11"
+    assert second["ports"] == {"api": 8092, "nixl_side_channel": {"prefill": 5602, "decode": 5603},
+                               "ucx_tcp": [17064, 17127]}
+    env = second["environment"]
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.11" and env["UCX_TCP_PORT_RANGE"] == "17064-17127"
+    assert not any(name.startswith(("MC_", "VLLM_MOONCAKE")) for name in env)
+    assert second["nixl"] == {"kv_load_failure_policy": "fail"} and "mooncake" not in second
+    assert plan["backend"]["lock"] == "vllm-omni-0.26.0-pd-nixl"
+    assert plan["backend"]["packages"] == ["vllm==0.26.0", "vllm-omni==0.26.0", "nixl==1.5.1", "nixl-cu13==1.5.1"]
+    assert plan["backend"]["kv_connector"]["class"] == "ServeNixlConnector"
+    purposes = {(r["purpose"], r["first"], r["last"]) for r in plan["listen_ports"]["gpu-a"] if r["service"] == "omni1"}
+    assert purposes == {("api", 8092, 8092), ("nixl_side_channel", 5602, 5603), ("ucx_tcp", 17064, 17127)}
+
+
+def test_a_connector_setting_that_cannot_take_effect_is_said():
+    plan = build_plan(one_host(gpus=range(4), vllm_omni_kv_connector="nixl", vllm_omni_layout="aggregated"))
+    assert any(w.startswith("vllm_omni_kv_connector is set but has no effect: vllm_omni_layout is aggregated")
+               for w in plan["warnings"])
+    plan = build_plan(one_host(gpus=range(4), vllm_omni_kv_connector="nixl", vllm_omni_mooncake_abort_timeout=60))
+    assert any(w.startswith("vllm_omni_mooncake_abort_timeout is set but has no effect: vllm_omni_kv_connector is nixl")
+               for w in plan["warnings"])
+    plan = build_plan(one_host(gpus=range(4), vllm_omni_nixl_side_channel_port_base=7000))
+    assert any(w.startswith("vllm_omni_nixl_side_channel_port_base is set but has no effect: vllm_omni_kv_connector "
+                            "is mooncake") for w in plan["warnings"])
+
+
+def test_a_connector_the_version_does_not_run_is_refused(monkeypatch):
+    from dataclasses import replace
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data
+
+    table = dict(_engine_data.support_table())
+    table["0.26.0"] = replace(table["0.26.0"], kv_connectors={"mooncake": table["0.26.0"].kv_connectors["mooncake"]})
+    monkeypatch.setattr(_engine_data, "support_table", lambda: table)
+    expect(one_host(gpus=range(4), vllm_omni_kv_connector="nixl"),
+           "vllm_omni_kv_connector is nixl, which the collection does not run with vLLM-Omni 0.26.0",
+           "(its PD connectors: mooncake)", "set vllm_omni_kv_connector to one of: mooncake")
+
+
+def test_nixl_ports_are_checked_like_the_others():
+    expect(one_host(gpus=range(8), vllm_omni_kv_connector="nixl", vllm_omni_nixl_side_channel_port_base=8090),
+           "collide")
+    expect(one_host(gpus=range(8), vllm_omni_kv_connector="nixl", vllm_omni_nixl_ucx_port_range=[17000, 17100]),
+           "vllm_omni_nixl_ucx_port_range", "holds 1 slices of 64 ports, but this host runs 2 pipelines")
+    expect(one_host(gpus=range(8), vllm_omni_kv_connector="nixl", vllm_omni_tensor_parallel_size=2,
+                    vllm_omni_nixl_ucx_ports_per_pipeline=8), "vllm_omni_nixl_ucx_ports_per_pipeline", "needs 16")
 
 
 def test_engine_ids_are_unique_across_the_deployment():

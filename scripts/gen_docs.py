@@ -77,12 +77,18 @@ def variables_md() -> str:
         "`vllm_omni_bootstrap_port_base` + *i* (both kept equal) |",
         "| Mooncake RPC ports | `MC_MIN_RPC_PORT`, `MC_MAX_RPC_PORT` | `vllm_omni_mooncake_rpc_port_range` split evenly "
         "between a host's pipelines |",
+        "| NIXL side-channel ports (`vllm_omni_kv_connector: nixl`) | `kv_connector_extra_config.side_channel_port` "
+        "(each stage's own), `VLLM_NIXL_SIDE_CHANNEL_HOST` | prefill `vllm_omni_nixl_side_channel_port_base` + 2*i*, "
+        "decode + 2*i* + 1 (a distributed process: its own engine's) |",
+        "| UCX TCP ports (nixl) | `UCX_TCP_PORT_RANGE` | slice *i* of `vllm_omni_nixl_ucx_port_range`, "
+        "`vllm_omni_nixl_ucx_ports_per_pipeline` each |",
         "| `kv_ip`, `VLLM_HOST_IP`, `--host` | stage config, environment, argv | `vllm_omni_ip` (default `ansible_host`) |",
         "| `engine_id` | stage config | `<host>-<pipeline>-prefill` / `-decode` |",
         "| kv roles | stage config | prefill `kv_producer` (rank 0), decode `kv_consumer` (rank 1) |",
-        "| `kv_connector`, `kv_connector_module_path` | stage config | from the support table: the collection's "
-        "connector where the version needs it (0.26.0: `ServeMooncakeConnector` from `vllm_omni_serve_kv`, installed "
-        "into the engine venv by the engine role; docs/engine-facts.md), vLLM's `MooncakeConnector` otherwise |",
+        "| `kv_connector`, `kv_connector_module_path` | stage config | from the support table and "
+        "`vllm_omni_kv_connector`: the collection's connector where the version needs it (0.26.0: "
+        "`ServeMooncakeConnector` or `ServeNixlConnector` from `vllm_omni_serve_kv`, installed into the engine venv by "
+        "the engine role; docs/engine-facts.md), vLLM's own class otherwise |",
         "| `gpu_memory_utilization` | stage config | the engine's own per stage; with `vllm_omni_share_gpus` the "
         "planner's split (below) unless `vllm_omni_stage_engine_args` sets it |",
         "| config flag | argv | from the support table: `--stage-configs-path` (stage_args versions) or "

@@ -62,6 +62,11 @@ TRACKED_MANIFEST = REPO / "tests" / "device" / "payload.json"
 PLATFORM = "ubuntu2404"
 LOCK_NAME = "vllm-omni-0.26.0-pd"
 LOCK = REPO / "data" / "locks" / PLATFORM / f"{LOCK_NAME}.txt"
+# The same engine's lock for the other KV connector (vllm_omni_kv_connector: nixl): made with the aggregated
+# lock's versions, so it differs from LOCK only by its transfer library. Its extra packages travel too, and
+# a NIXL render installs exactly that lock.
+EXTRA_LOCK_NAMES = ("vllm-omni-0.26.0-pd-nixl",)
+EXTRA_LOCKS = tuple(REPO / "data" / "locks" / PLATFORM / f"{name}.txt" for name in EXTRA_LOCK_NAMES)
 PYTHON_VERSION = "3.12"
 GLIBC_MINOR = 39  # manylinux_2_39 and every older tag load there
 # Fixed mtime inside the tar so identical inputs give a byte-identical payload (and a cache hit).
@@ -134,6 +139,9 @@ REMOVE = {
     "vllm/third_party/deep_gemm": "DeepGEMM FP8 kernels; the bf16 model never selects them",
     # Blackwell-only sparse FMHA, imported lazily by the MiniMax-M3 model alone.
     "vllm/third_party/fmha_sm100": "sm_100 (Blackwell) sparse FMHA used only by MiniMax-M3",
+    # NIXL's expert-parallel kernels (one 31 MiB extension per torch 2.12, 2.13, 2.14): vLLM imports nixl_ep only
+    # for its NIXL all-to-all MoE backend, and the device's torch is 2.11 anyway. The KV connector uses nixl._api.
+    "nixl_ep_cu13": "NIXL expert-parallel all-to-all kernels; KV transfer uses nixl._api only",
 }
 
 # Debian 12 packages whose libraries Mooncake's engine.so links (libibverbs.so.1, libnuma.so.1,
@@ -538,13 +546,19 @@ def check_renders(root: Path) -> None:
     for plan_path in plans:
         plan = json.loads(plan_path.read_text())
         platforms = set(plan["host_platforms"].values())
-        entry = plan["locks"].get(PLATFORM, {}).get(LOCK_NAME)
         if platforms != {PLATFORM}:
             sys.exit(f"{plan_path}: host platforms {plan['host_platforms']}, not {PLATFORM}: the payload would not be "
                      "what this render installs (set vllm_omni_host_platform in the device inventory)")
-        if entry and entry["sha256"] != payload["sha256"]:
-            sys.exit(f"{plan_path}: the plan's {LOCK_NAME} lock {entry['sha256']} is not the payload's {payload['sha256']}")
-        log(f"{plan_path.parent.name}: {PLATFORM}, {LOCK_NAME} " + ("= the payload's lock" if entry else "not used"))
+        held = {LOCK_NAME: payload["sha256"],
+                **{Path(e["path"]).stem: e["sha256"] for e in json.loads(TRACKED_MANIFEST.read_text()).get("extra_locks", [])}}
+        engine_lock = plan["backend"]["lock"]
+        entry = plan["locks"].get(PLATFORM, {}).get(engine_lock)
+        if engine_lock.startswith("vllm-omni-") and engine_lock in held and entry and entry["sha256"] != held[engine_lock]:
+            sys.exit(f"{plan_path}: the plan's {engine_lock} lock {entry['sha256']} is not the payload's {held[engine_lock]}")
+        if engine_lock.startswith("vllm-omni-") and engine_lock not in held and not engine_lock == "vllm-omni-0.26.0":
+            sys.exit(f"{plan_path}: the plan installs {engine_lock}, which the payload was not built from ({sorted(held)})")
+        log(f"{plan_path.parent.name}: {PLATFORM}, {engine_lock} "
+            + ("= the payload's lock" if engine_lock in held else "(its packages are the payload's, less the transport)"))
 
 
 def main() -> None:
@@ -562,10 +576,24 @@ def main() -> None:
     lock_path = args.lock.resolve()
     lock = parse_lock(lock_path)
     lock_sha = sha256_file(lock_path)
+    extra_locks = []
+    for extra_path in EXTRA_LOCKS:
+        extra = parse_lock(extra_path)
+        differ = sorted(n for n in set(extra) & set(lock) if extra[n]["version"] != lock[n]["version"])
+        if differ:
+            sys.exit(f"{extra_path.relative_to(REPO)} differs from {lock_path.relative_to(REPO)} in {differ}: "
+                     "one site/ cannot hold both (make the locks agree: scripts/lock.py constrains them)")
+        added = sorted(set(extra) - set(lock))
+        lock.update({n: extra[n] for n in added})
+        extra_locks.append({"path": str(extra_path.relative_to(REPO)), "sha256": sha256_file(extra_path),
+                            "adds": added})
+        log(f"{extra_path.relative_to(REPO)}: the same versions, plus {', '.join(added)}")
+    # The wheel folder follows every lock that feeds it.
+    lock_sha_all = hashlib.sha256("".join([lock_sha, *(e["sha256"] for e in extra_locks)]).encode()).hexdigest()
     carried, machine, skipped = split_lock(lock, from_source(lock_path))
     log(f"lock {lock_path.relative_to(REPO)}: {len(lock)} packages; carrying {len(carried)}, "
         f"{len(machine)} from the device image, {len(skipped)} not carried")
-    wheels = download(lock, carried, lock_sha)
+    wheels = download(lock, carried, lock_sha_all if extra_locks else lock_sha)
     log(f"{len(wheels)} wheels, each the lock's version with a sha256 the lock lists")
     removed = build_site(wheels)
     for r in removed:
@@ -591,6 +619,7 @@ def main() -> None:
         "lock": {"path": str(lock_path.relative_to(REPO)), "sha256": lock_sha, "platform": PLATFORM,
                  "packages": len(lock),
                  "hash_checked": "pip download --require-hashes, then sha256 of each wheel against the lock's hashes"},
+        "extra_locks": extra_locks,
         "target": {"python": PYTHON_VERSION, "glibc": f"2.{GLIBC_MINOR}", "machine": "x86_64"},
         "packages": packages,
         "from_machine": [{"name": n, "version": lock[n]["version"]} for n in machine],

@@ -8,8 +8,9 @@ name: status_queries
 short_description: The PromQL queries status.yml asks the deployment's Prometheus
 version_added: 0.1.0
 description:
-  - Per pipeline over the last 5 minutes, every stage together - TTFT p50 and p99, ITL p50 and generated tokens per
-    second, from the engines' C(/metrics) as Prometheus scraped them. Empty where the plan runs no Prometheus.
+  - Per pipeline over the last 5 minutes, along a client's text path - TTFT p50 and p99 (pd - prefill's plus
+    decode's), ITL p50 and generated tokens per second of the stage that writes the text, from the engines'
+    C(/metrics) as Prometheus scraped them. Empty where the plan runs no Prometheus.
   - The answers go to P(vllm_omni.serve.status_document#filter) as its C(metrics).
 options:
   _input:
@@ -45,7 +46,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _status
 def status_queries(plan):
     if not isinstance(plan, dict) or "monitoring" not in plan:
         raise AnsibleFilterError("status_queries expects the plan as input")
-    return dict(_status.QUERIES) if plan["monitoring"].get("enabled") else {}
+    return _status.queries(plan["layout"]) if plan["monitoring"].get("enabled") else {}
 
 
 class FilterModule:

@@ -83,6 +83,24 @@ def certificate_metrics(pem: str) -> str:
             f"{CERTIFICATE_EXPIRY} {int(expires.timestamp())}\n")
 
 
+def text_stage(layout: str) -> int:
+    """The stage that writes a client's text: decode (1) in pd, the thinker (0) aggregated."""
+    return 1 if layout == "pd" else 0
+
+
+def client_ttft(layout: str, quantile: float, window: str) -> str:
+    """PromQL: a pipeline's time to first token as its clients see it, per (host, pipeline).
+
+    vLLM-Omni exports each stage's TTFT from that stage's own arrival. In pd a client's first token comes out of
+    decode after the whole prefill (one token, so its TTFT is its duration): the client's TTFT is prefill's plus
+    decode's, summed per quantile (an upper bound for the sum's quantile; for the median, close). Aggregated: the
+    thinker's. The talker and code2wav stages (audio) are not on the text path and are left out.
+    """
+    stages = 'stage=~"0|1"' if layout == "pd" else 'stage="0"'
+    return (f"sum by (host, pipeline) (histogram_quantile({quantile:g}, sum by (host, pipeline, stage, le) "
+            f'(rate(vllm:time_to_first_token_seconds_bucket{{job="vllm-omni-engine", {stages}}}[{window}]))))')
+
+
 def alert_rules(plan: dict) -> list[dict]:
     """The deployment's alert rules (one Prometheus rule group). The PD ones only where the layout is pd;
     the engine-metric ones never fire on the simulator, whose /metrics has none of the engine's names."""
@@ -98,12 +116,12 @@ def alert_rules(plan: dict) -> list[dict]:
          "annotations": {"summary": "The router on {{ $labels.host }} does not answer /metrics",
                          "description": "journalctl -a -u vllm-omni-router on {{ $labels.host }}."}},
         {"alert": "VllmOmniTTFTOverObjective",
-         "expr": ("histogram_quantile(0.99, sum by (host, pipeline, le) "
-                  f"(rate(vllm:time_to_first_token_seconds_bucket{{{engine}}}[10m]))) > {objective:g}"),
+         "expr": f"{client_ttft(plan['layout'], 0.99, '10m')} > {objective:g}",
          "for": "10m", "labels": {"severity": "warning"},
          "annotations": {"summary": f"TTFT p99 of {{{{ $labels.pipeline }}}} on {{{{ $labels.host }}}} is over "
                                     f"the objective ({objective:g} s, vllm_omni_alert_ttft_seconds)",
-                         "description": "p99 over 10 minutes: {{ $value | humanizeDuration }}."}},
+                         "description": ("p99 over 10 minutes" + (", prefill's plus decode's" if plan["layout"] == "pd"
+                                                                   else "") + ": {{ $value | humanizeDuration }}.")}},
     ]
     if plan["router"]["frontdoor"]["enabled"]:
         days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))

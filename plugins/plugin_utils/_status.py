@@ -9,19 +9,28 @@ from __future__ import annotations
 import datetime
 import math
 
+from ._observability import client_ttft, text_stage
+
 # The engines' last minutes, per pipeline, from the deployment's Prometheus (the names of data/metrics.yml, held
-# to it by tests/unit/test_metrics.py). Every stage's observations together, as VllmOmniTTFTOverObjective counts.
+# to it by tests/unit/test_metrics.py), along the path a client's text takes: TTFT as VllmOmniTTFTOverObjective
+# counts it (_observability.client_ttft), ITL and tokens of the stage that writes the text.
 WINDOW = "5m"
 _ENGINE = 'job="vllm-omni-engine"'
-QUERIES = {
-    "ttft_p50_s": ("histogram_quantile(0.5, sum by (host, pipeline, le) "
-                   f"(rate(vllm:time_to_first_token_seconds_bucket{{{_ENGINE}}}[{WINDOW}])))"),
-    "ttft_p99_s": ("histogram_quantile(0.99, sum by (host, pipeline, le) "
-                   f"(rate(vllm:time_to_first_token_seconds_bucket{{{_ENGINE}}}[{WINDOW}])))"),
-    "itl_p50_s": ("histogram_quantile(0.5, sum by (host, pipeline, le) "
-                  f"(rate(vllm:inter_token_latency_seconds_bucket{{{_ENGINE}}}[{WINDOW}])))"),
-    "generation_tokens_per_s": f"sum by (host, pipeline) (rate(vllm:generation_tokens_total{{{_ENGINE}}}[{WINDOW}]))",
-}
+
+
+def queries(layout: str) -> dict[str, str]:
+    """Result key -> PromQL for a deployment of ``layout``."""
+    text = f'{_ENGINE}, stage="{text_stage(layout)}"'
+    return {
+        "ttft_p50_s": client_ttft(layout, 0.5, WINDOW),
+        "ttft_p99_s": client_ttft(layout, 0.99, WINDOW),
+        "itl_p50_s": ("histogram_quantile(0.5, sum by (host, pipeline, le) "
+                      f"(rate(vllm:inter_token_latency_seconds_bucket{{{text}}}[{WINDOW}])))"),
+        "generation_tokens_per_s": f"sum by (host, pipeline) (rate(vllm:generation_tokens_total{{{text}}}[{WINDOW}]))",
+    }
+
+
+QUERIES = queries("pd")  # the keys (and a pd deployment's queries)
 
 
 def engine_metrics(answers: dict | None) -> tuple[dict, str | None]:

@@ -555,7 +555,7 @@ def check_renders(root: Path) -> None:
         entry = plan["locks"].get(PLATFORM, {}).get(engine_lock)
         if engine_lock.startswith("vllm-omni-") and engine_lock in held and entry and entry["sha256"] != held[engine_lock]:
             sys.exit(f"{plan_path}: the plan's {engine_lock} lock {entry['sha256']} is not the payload's {held[engine_lock]}")
-        if engine_lock.startswith("vllm-omni-") and engine_lock not in held and not engine_lock == "vllm-omni-0.26.0":
+        if engine_lock.startswith("vllm-omni-") and engine_lock not in held and engine_lock != "vllm-omni-0.26.0":
             sys.exit(f"{plan_path}: the plan installs {engine_lock}, which the payload was not built from ({sorted(held)})")
         log(f"{plan_path.parent.name}: {PLATFORM}, {engine_lock} "
             + ("= the payload's lock" if engine_lock in held else "(its packages are the payload's, less the transport)"))

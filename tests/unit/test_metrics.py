@@ -56,7 +56,8 @@ def rule_exprs(plan: dict) -> list[str]:
 
 def test_the_dashboard_and_the_rules_query_only_listed_names():
     listed = set(known()) | {"DCGM_FI_DEV_FB_USED"}  # the GPU panel's exporter (not installed by the collection)
-    for expr in dashboard_exprs() + rule_exprs(GOLDEN_PLAN) + list(_status.QUERIES.values()):
+    for expr in (dashboard_exprs() + rule_exprs(GOLDEN_PLAN) + list(_status.queries('pd').values())
+                 + list(_status.queries('aggregated').values())):
         unknown = {base(n) for n in names_in(expr)} - listed
         assert not unknown, f"{expr}: {sorted(unknown)} not in data/metrics.yml"
 
@@ -151,7 +152,8 @@ def test_every_listed_engine_name_is_on_the_engines_metrics_fixture():
 
 def promtool() -> str | None:
     cache = os.environ.get("VLLM_OMNI_CACHE") or str(Path.home() / ".cache" / "vllm-omni-serve")
-    found = shutil.which("promtool") or next(iter(sorted(glob.glob(f"{cache}/lab/rootfs-*/usr/bin/promtool"))), None)
+    found = (shutil.which("promtool") or next(iter(sorted(glob.glob(f"{cache}/tools-*/bin/promtool"))), None)
+             or next(iter(sorted(glob.glob(f"{cache}/lab/rootfs-*/usr/bin/promtool"))), None))
     if found and subprocess.run([found, "--version"], capture_output=True, check=False).returncode == 0:
         return found
     return None
@@ -200,9 +202,50 @@ def test_status_queries_pass_promtool(tmp_path):
     if tool is None:
         pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
     # As recording rules: promtool parses each expression.
-    rules = {"groups": [{"name": "status", "rules": [{"record": f"vllm_omni_status:{key}", "expr": expr}
-                                                     for key, expr in _status.QUERIES.items()]}]}
+    rules = {"groups": [{"name": "status", "rules": [{"record": f"vllm_omni_status:{layout}_{key}", "expr": expr}
+                                                     for layout in ("pd", "aggregated")
+                                                     for key, expr in _status.queries(layout).items()]}]}
     (tmp_path / "status.rules.yml").write_text(yaml.safe_dump(rules))
     result = subprocess.run([tool, "check", "rules", str(tmp_path / "status.rules.yml")], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _ttft_series(stage: str, buckets: dict[str, int]) -> list[dict]:
+    """Cumulative TTFT bucket counters of one stage of omni0 on gpu-1, growing by ``buckets[le]`` a minute."""
+    labels = 'job="vllm-omni-engine", host="gpu-1", pipeline="omni0"'
+    return [{"series": f'vllm:time_to_first_token_seconds_bucket{{{labels}, stage="{stage}", le="{le}"}}',
+             "values": f"0+{per_minute}x30"} for le, per_minute in buckets.items()]
+
+
+def test_the_pd_client_ttft_is_prefills_plus_decodes_and_the_alert_fires_on_it(tmp_path):
+    """promtool evaluates the status query and the alert on two stages' histograms: every prefill between 0.1 and
+    0.25 s, every decode between 1 and 2.5 s, the talker (stage 2) slow but off the text path."""
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool is neither on PATH nor in the tool venv nor in the lab's rootfs")
+    plan = {**GOLDEN_PLAN, "layout": "pd"}
+    rules = tmp_path / "rules.yml"
+    rules.write_text(_observability.rules_text(plan))
+    series = (_ttft_series("0", {"0.1": 0, "0.25": 60, "+Inf": 60}) + _ttft_series("1", {"1": 0, "2.5": 60, "+Inf": 60})
+              + _ttft_series("2", {"10": 0, "20": 60, "+Inf": 60}))
+    # Linear interpolation inside the one bucket each stage fills: p50 0.175 + 1.75, p99 0.2485 + 2.485.
+    test = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": _status.queries("pd")["ttft_p50_s"], "eval_time": "20m",
+             "exp_samples": [{"labels": '{host="gpu-1", pipeline="omni0"}', "value": 1.925}]},
+            {"expr": _status.queries("pd")["ttft_p99_s"], "eval_time": "20m",
+             "exp_samples": [{"labels": '{host="gpu-1", pipeline="omni0"}', "value": 2.7335}]},
+            {"expr": _status.queries("aggregated")["ttft_p50_s"], "eval_time": "20m",
+             "exp_samples": [{"labels": '{host="gpu-1", pipeline="omni0"}', "value": 0.175}]}],
+        "alert_rule_test": [{"eval_time": "25m", "alertname": "VllmOmniTTFTOverObjective", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "host": "gpu-1", "pipeline": "omni0"},
+            "exp_annotations": {
+                "summary": "TTFT p99 of omni0 on gpu-1 is over the objective (2 s, vllm_omni_alert_ttft_seconds)",
+                "description": "p99 over 10 minutes, prefill's plus decode's: 2.733s."}}]}],
+    }]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    result = subprocess.run([tool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr

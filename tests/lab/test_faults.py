@@ -100,10 +100,14 @@ class Members:
 
 
 def test_a_deploy_under_load_rolls_every_changed_pipeline_within_the_bound(two_hosts):
-    """A setting of every pipeline changes on a serving fleet: deploy rolls them, two at a time at most."""
+    """Settings of every pipeline change on a serving fleet: deploy rolls them, two at a time at most.
+
+    The change is the KV connector's too (Mooncake -> NIXL, the upgrade path of docs/operations.md): every
+    pipeline's environment, ports, firewall rules and reserved ports move while the fleet serves."""
     before = {(h, p): started_at(h, f"vllm-omni@{p}") for h, p in (("lab-1", "omni0"), ("lab-1", "omni1"),
                                                                    ("lab-2", "omni0"))}
-    changed = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"}, vllm_omni_rolling_max_unavailable=2)
+    changed = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"}, vllm_omni_rolling_max_unavailable=2,
+                        vllm_omni_kv_connector="nixl")
     load = Load()
     members = Members()
     started = time.monotonic()
@@ -116,6 +120,11 @@ def test_a_deploy_under_load_rolls_every_changed_pipeline_within_the_bound(two_h
     for (host, pipeline), when in before.items():
         assert env_mark(host, pipeline) == 'ROLLOUT_MARK="1"'
         assert started_at(host, f"vllm-omni@{pipeline}") != when, f"{host}/{pipeline} was not restarted"
+        env = on(host, f"cat /etc/vllm-omni/{pipeline}/engine.env")
+        assert "UCX_TCP_PORT_RANGE=" in env and "MC_MIN_RPC_PORT" not in env, env
+    # The firewall now opens NIXL's ports, not Mooncake's (lab-1's omni1: side channel 5602-5603).
+    table = on("lab-1", "nft list table inet vllm_omni")
+    assert "5602-5603" in table and "16064-16127" not in table, table[-2000:]
     # 3 serving pipelines, at most 2 down: lab-1/omni0 and lab-2/omni0 together, then lab-1/omni1.
     assert "3 serving pipeline(s) change: 2 wave(s), at most 2 down at a time" in " ".join(result.stdout.split())
     assert len(counts) > 20 and min(counts) >= 1, counts

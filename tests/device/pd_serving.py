@@ -705,12 +705,15 @@ def main() -> int:
     return 0
 
 
+WHOLE_LOG_MAX_BYTES = 8 * 1024 * 1024  # a log kept whole still leaves the tar well under 16 MiB compressed
+
+
 def pack_logs(logs: Path, archive_path: Path, whole: tuple[str, ...] = ()) -> None:
     """Logs come back as one file (the device tool returns a handful): the head and tail of each log, or the
     whole of those named in ``whole`` (a fault's slice, where every line of the story matters)."""
     with tarfile.open(archive_path, "w:gz") as archive:
         for path in sorted(p for p in logs.glob("*.log") if not p.name.endswith(".tail.log")):
-            if path.name in whole:
+            if path.name in whole and path.stat().st_size <= WHOLE_LOG_MAX_BYTES:
                 archive.add(path, arcname=path.name)
                 continue
             lines = path.read_text(errors="replace").splitlines()

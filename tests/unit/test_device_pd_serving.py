@@ -283,3 +283,124 @@ def test_bench_budget_skips_what_would_not_fit(tmp_path):
                                                                 "prompts_per_concurrency": 1}), f"pd={render}"],
                            env=env, capture_output=True, text=True, timeout=60, check=False)
     assert json.loads(alone.stdout)["warnings"] == ["pd: output length 64 > decode's max_tokens 32"]
+
+
+# --- a pipeline spanning two inventory hosts on one machine (tests/device/span_serving.py) ------------
+
+# The stand-in's timeouts, scaled down (the real ones: heartbeat 5 s, heartbeat timeout 30 s, dispatch wait 10 s,
+# the API server's exit 5 s after a stage died): RestartSec stays the rendered unit's 15 s.
+FAKE_SPAN = {"FAKE_ENGINE_HEARTBEAT_S": "0.5", "FAKE_ENGINE_HEARTBEAT_TIMEOUT_S": "3", "FAKE_ENGINE_DISPATCH_WAIT_S": "1",
+             "FAKE_ENGINE_EXIT_AFTER_S": "2"}
+
+
+def in_private_network(argv: list[str]) -> list[str]:
+    """argv in a network namespace of its own with lo up: the span script adds two addresses to lo, which must
+    not touch this (shared) machine's network, and the plan's fixed ports are free there."""
+    if not shutil.which("unshare") or not shutil.which("ip"):
+        pytest.skip("needs unshare(1) and ip(8) for a private network namespace")
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot create a network namespace here (needs CAP_SYS_ADMIN)")
+    return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+
+
+def span_run(tmp: Path, name: str, extra: list[str], env_extra: dict) -> tuple[dict, Path, str]:
+    _unused, render, env = stand_in_device(tmp, name, "pd-span-text", ports=False)
+    out = tmp / "out"
+    run = subprocess.run(in_private_network([sys.executable, str(REPO / "tests" / "device" / "span_serving.py"),
+                                             "--out", str(out), "--ready-timeout", "60", "--budget", "150", *extra,
+                                             f"span={render}"]),
+                         env={**env, **FAKE_SPAN, **env_extra}, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())["span"], out, run.stdout
+
+
+@pytest.fixture(scope="module")
+def span_head_lives(tmp_path_factory):
+    """kill -9 of the headless unit's main process; the head lives on (what vLLM-Omni's code suggests)."""
+    return span_run(tmp_path_factory.mktemp("span"), "rehearsal-span", ["--kill", "main"], {})
+
+
+@pytest.fixture(scope="module")
+def span_head_exits(tmp_path_factory):
+    """kill -9 of the headless engine-core process, and a head that shuts down once no decode replica is left."""
+    return span_run(tmp_path_factory.mktemp("span-head"), "rehearsal-span-head", ["--kill", "engine"],
+                    {"FAKE_ENGINE_HEAD_EXITS_ON_PEER_LOSS": "1"})
+
+
+def test_span_inventory_plans_one_pipeline_over_two_hosts_of_one_gpu():
+    """tests/device/inventories/pd-span-text.yml: the head (prefill) on h200-a, a headless decode on h200-b, each
+    on GPU 0, private addresses (loopback is refused for hosts that must reach each other)."""
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-span-text.yml"))
+    a, b = plan["hosts"]["h200-a"]["pipelines"], plan["hosts"]["h200-b"]["pipelines"]
+    assert [(p["name"], p["process"], p["stage_id"], p["gpus"]) for p in a + b] == [
+        ("omni-span0", "head", 0, [0]), ("omni-span0-decode0", "headless", 1, [0])]
+    assert b[0]["master"] == {"address": "10.213.77.11", "port": 8400} and "--headless" in b[0]["argv"]
+    assert a[0]["environment"]["VLLM_PORT"] == b[0]["environment"]["VLLM_PORT"] == "20000"  # the script moves b's
+    assert set(plan["host_platforms"].values()) == {"ubuntu2404"}  # build_payload.py --check-renders needs this
+
+
+def test_span_serves_through_head_and_headless_judged_from_both_logs(span_head_lives):
+    span, out, _unused = span_head_lives
+    assert span["addresses"] == {"10.213.77.11": "added", "10.213.77.12": "added"}
+    assert span["one_machine_env"] == {"omni-span0-decode0": {"VLLM_PORT": "20064"}}  # the next ZMQ slice
+    assert span["ready"]["ready"] and span["ready"]["headless_running"] == [True]
+    assert span["start"]["stagger_s"] is not None  # the headless start waited for the prefill's KV cache
+    assert span["registrations"] == ["[OmniMasterServer] Stage 1 replica 0 registered from host 10.213.77.12"]
+    assert {"10.213.77.11:8091", "10.213.77.11:8400"} <= set(span["listening"]["head"])
+    assert span["judged"]["requests"] == span["judged"]["through_prefill_and_decode"] == 16
+    assert "StageEngineCoreProc_stage1" in span["judged"]["example"]["decode"][0]  # the receipt: the headless log
+    for group in ("one_at_a_time", "concurrent4"):
+        assert span["summary"][group]["ok"] == span["summary"][group]["requests"] == 8
+    assert set(device_files(out)) == {"results.json", "logs.tar.gz"}
+    logs = tar_members(out / "logs.tar.gz")
+    assert set(logs) == {"span-omni-span0.tail.log", "span-omni-span0-decode0.tail.log"}
+    assert '"VLLM_PORT"' in logs["span-omni-span0-decode0.tail.log"].splitlines()[1]  # the env names, no values
+    assert "===== launch 2" in logs["span-omni-span0-decode0.tail.log"]
+
+
+def test_span_headless_killed_head_waits_and_the_restarted_stage_registers(span_head_lives):
+    """The head lives on: requests in flight hang until the heartbeat timeout detaches the dead replica, new ones
+    fail after the dispatch wait; the headless unit restarts after RestartSec, registers again, serves."""
+    fault = span_head_lives[0]["fault"]
+    assert fault["kill"] == "main" and fault["head_exited"] is False and fault["health"] == [[0.0, 200]]
+    assert fault["headless_exit_s"] < 1 and fault["headless_returncode"] == -9
+    assert len(fault["headless_leftovers"]["leftovers"]) == 1 and fault["headless_leftovers"]["sigkill"] == []
+    assert 2.5 < fault["head_detached_dead_replica_s"] < 6  # the scaled 3 s heartbeat timeout
+    assert fault["relaunches"] == [["headless", fault["headless_relaunched_s"]]]
+    assert fault["headless_exit_s"] + 15 <= fault["headless_relaunched_s"]
+    assert fault["headless_relaunched_s"] < fault["registered_again_s"] < fault["first_ok_s"]
+    assert fault["first_ok_judged"]["ok"], fault["first_ok_judged"]
+    assert fault["clients_first_ok_s"] is not None
+    hung = [r for r in fault["in_flight_at_kill"] if r["outcome"] == "stream error"]
+    assert hung and all(r["seconds"] > 2 for r in hung)  # waited for the heartbeat timeout, no fast error
+    examples = {r["example"] for r in fault["runs"] if r["outcome"] == "stream error"}
+    assert "stream error: stage replica disappeared" in examples
+    assert fault["runs"][-1]["outcome"] == "ok"
+    assert fault["order"][1].endswith("headless unit started again (Restart=always after RestartSec)")
+
+
+def test_span_head_exits_too_and_comes_back_in_the_deploys_order(span_head_exits):
+    fault = span_head_exits[0]["fault"]
+    assert fault["kill"] == "engine" and fault["head_exited"] is True and fault["head_returncode"] == 0
+    assert fault["headless_returncode"] == 0  # the headless process shut down cleanly after its engine core died
+    assert fault["headless_exit_s"] < fault["head_exit_s"]
+    (first, at_head), (second, at_headless) = fault["relaunches"]
+    assert (first, second) == ("head", "headless") and fault["head_exit_s"] + 15 <= at_head <= at_headless
+    assert at_headless < fault["registered_again_s"] < fault["first_ok_s"]
+    assert fault["first_ok_judged"]["ok"], fault["first_ok_judged"]  # the fault's own error lines do not count
+    assert "(the deploy's order)" in fault["order"][-1]
+    phases = {p["from"]: p for p in fault["phases"]}
+    assert set(phases["head exit"]["outcomes"]) == {"refused"}
+    assert any(h[1] is None for h in fault["health"]) and fault["health"][-1][1] == 200
+
+
+def test_netlink_adds_and_removes_an_address_on_lo(tmp_path):
+    """span_serving.netlink_address (no iproute2 on the device): in a private network namespace, an address
+    appears on lo, can be bound, and is gone after the removal."""
+    code = ("import sys; sys.path.insert(0, 'tests/device'); import span_serving as s; "
+            "ip = '10.213.77.99'; a = s.is_local(ip); r1 = s.netlink_address(ip, add=True); b = s.is_local(ip); "
+            "r2 = s.add_addresses([ip]); r3 = s.netlink_address(ip, add=False); c = s.is_local(ip); "
+            "print(a, r1, b, r2[ip], r3, c)")
+    done = subprocess.run(in_private_network([sys.executable, "-c", code]), cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    assert done.stdout.split() == ["False", "added", "True", "present", "removed", "False"], done.stderr

@@ -143,6 +143,7 @@ def fault(engine, pipeline: dict, plan: dict, stage: int, window: float, lead: f
         restart["clients_first_ok_s"] = faults.first_client_ok(load, kill, restart.get("relaunched_s"),
                                                                 EST["clients_after"], deadline or float("inf"))
     open_at_end = load.stop()
+    hanging = load.still_open(kill)
     watch.poll()
     marks = [("kill", 0.0), ("server exit", (server_exit or {}).get("at_s"))]
     if restart:
@@ -150,7 +151,8 @@ def fault(engine, pipeline: dict, plan: dict, stage: int, window: float, lead: f
                   ("first ok", restart.get("first_ok_s"))]
     view = faults.client_view(load.snapshot(), kill, marks, open_at_end)
     record = {"stage": stage, "killed_pid": pid, "window_s": window, "other_stages_alive_after": others_after,
-              **view, "health": health, "server_exit": server_exit, "log_lines": watch.seen, "log_offset": log_offset}
+              **view, "still_open_at_end": hanging, "health": health, "server_exit": server_exit,
+              "log_lines": watch.seen, "log_offset": log_offset}
     if restart is not None:
         record["restart"] = restart
     return record
@@ -309,11 +311,13 @@ def estimate(items: list[tuple[str, dict]], spec: dict, fault_stage: int | None,
 
 
 def load_plan(render: str) -> dict:
-    """A render's plan.json; for --estimate on the controller, /srv/stage/render/NAME is .device/extras/render/NAME."""
-    for candidate in (Path(render), serving.REPO / ".device" / "extras" / "render" / Path(render).name):
+    """A render's plan.json; for --estimate on the controller, /srv/stage/render/NAME is
+    $DEVICE_RENDER_ROOT/NAME (default .device/extras/render/NAME, where prepare.sh renders)."""
+    root = Path(os.environ.get("DEVICE_RENDER_ROOT", serving.REPO / ".device" / "extras" / "render"))
+    for candidate in (Path(render), root / Path(render).name):
         if (candidate / "plan.json").exists():
             return json.loads((candidate / "plan.json").read_text())
-    raise SystemExit(f"no plan.json in {render} (nor in .device/extras/render/{Path(render).name}: run prepare.sh)")
+    raise SystemExit(f"no plan.json in {render} (nor in {root / Path(render).name}: run prepare.sh)")
 
 
 def main() -> int:
@@ -364,17 +368,20 @@ def main() -> int:
     plans = [(name, json.loads((Path(render) / "plan.json").read_text())) for name, render in items]
     call["estimate"] = estimate(plans, spec, args.fault, args.fault_window, args.fault_after, args.restart_after_fault,
                                 not args.no_grid, args.compile_bytecode)
+    render_need = EST["setup"] + EST["ready"] + EST["metrics"] + EST["stop"] + \
+        (0 if args.no_grid else est_grid(spec) + EST["report"] + EST["metrics"])
     try:
-        for (name, render), (_same, plan) in zip(items, plans, strict=True):
-            need = EST["setup"] + EST["ready"] + EST["stop"] + (0 if args.no_grid else est_grid(spec))
+        for index, ((name, render), (_same, plan)) in enumerate(zip(items, plans, strict=True)):
             left = deadline - time.monotonic()
-            if left < need:
+            if left < render_need:
                 document["renders"].append({"scenario": name, "layout": plan["layout"],
-                                            "skipped": f"about {need:.0f} s needed, {left:.0f} s left in --budget"})
+                                            "skipped": f"about {render_need:.0f} s needed, {left:.0f} s left in --budget"})
                 continue
+            # A fault (and its restart) may use only what the renders still to come leave over: the grids first.
+            reserve = render_need * (len(items) - index - 1)
             document["renders"].append(bench(name, Path(render), work, logs, spec, args.ready_timeout, args.fault,
                                              args.fault_window, args.fault_after, args.restart_after_fault,
-                                             not args.no_grid, deadline))
+                                             not args.no_grid, deadline - reserve))
             write_back(out, work, logs, document, started)
         compare(document, work, out)
     finally:

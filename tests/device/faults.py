@@ -142,6 +142,7 @@ class Load:
         self.clients, self.max_tokens, self.client_timeout = clients, max_tokens, client_timeout
         self.probe_every, self.probe_timeout = probe_every, probe_timeout
         self.records: list[dict] = []
+        self.open: dict[str, tuple[float, str]] = {}  # request id -> (sent, kind): answers still awaited
         self.lock = threading.Lock()
         self.halt = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -152,9 +153,13 @@ class Load:
         while not self.halt.is_set():
             number += 1
             started = time.monotonic()
-            result = serving.chat(self.pipeline, self.model, f"{self.tag}-c{index}-{number}", prompt,
-                                  max_tokens=self.max_tokens, timeout=self.client_timeout)
+            request_id = f"{self.tag}-c{index}-{number}"
             with self.lock:
+                self.open[request_id] = (started, "client")
+            result = serving.chat(self.pipeline, self.model, request_id, prompt, max_tokens=self.max_tokens,
+                                  timeout=self.client_timeout)
+            with self.lock:
+                self.open.pop(request_id, None)
                 self.records.append({**result, "started": started, "ended": time.monotonic(), "kind": "client"})
             if not ok(result):
                 self.halt.wait(0.5)  # a client that fails fast retries, but not in a tight loop
@@ -164,9 +169,12 @@ class Load:
         while not self.halt.is_set():
             number += 1
             started = time.monotonic()
-            result = serving.chat(self.pipeline, self.model, f"{self.tag}-probe-{number}", "hi", max_tokens=8,
-                                  timeout=self.probe_timeout)
+            request_id = f"{self.tag}-probe-{number}"
             with self.lock:
+                self.open[request_id] = (started, "probe")
+            result = serving.chat(self.pipeline, self.model, request_id, "hi", max_tokens=8, timeout=self.probe_timeout)
+            with self.lock:
+                self.open.pop(request_id, None)
                 self.records.append({**result, "started": started, "ended": time.monotonic(), "kind": "probe"})
             self.halt.wait(max(0.0, self.probe_every - (time.monotonic() - started)))
 
@@ -188,6 +196,13 @@ class Load:
     def snapshot(self) -> list[dict]:
         with self.lock:
             return list(self.records)
+
+    def still_open(self, zero: float) -> list[dict]:
+        """Requests sent and not answered yet (at stop: the ones that hang), with their age in seconds."""
+        now = time.monotonic()
+        with self.lock:
+            return [{"kind": kind, "request_id": rid, "started_s": round(sent - zero, 2), "open_for_s": round(now - sent, 2)}
+                    for rid, (sent, kind) in sorted(self.open.items(), key=lambda item: item[1][0])]
 
 
 def first_client_ok(load: Load, zero: float, since_s: float | None, wait: float, deadline: float) -> float | None:

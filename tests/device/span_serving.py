@@ -15,8 +15,10 @@ head on the first host, a headless decode stage on the second). Standard library
    the paths its plan entry names.
 2. **Started in the deploy's order** (roles/engine/tasks/restart_distributed.yml: heads, then headless stages).
    On one GPU the headless start waits until the head's prefill engine has allocated its KV cache (``--stagger``,
-   on by default): two engines profiling one GPU's memory at the same time could each count the other's
-   allocations as their own. On separate hosts there is nothing to wait for; the wait is reported.
+   on by default): two engines profiling one GPU's memory at the same time can each count the other's
+   allocations as their own, which is why vLLM-Omni initialises the stages of one process that share a GPU one
+   after the other (engine/stage_runtime.py, _initialize_stage_replicas), while a remote stage is waited for in
+   parallel. On separate hosts there is nothing to wait for; the wait is reported.
 3. **Serve**: /health on the head, then ``--requests`` streamed check requests one at a time and as many from 4
    clients, each judged prefill -> decode by the collection's judge over both processes' logs (the hand-off in
    the head's, the receipt in the headless process's).
@@ -56,11 +58,12 @@ import pd_serving as serving
 sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils"))
 import _pd_evidence
 
-# Seconds, for --estimate: two starts on one GPU (the head's prefill, then the headless decode: run 1-7's
-# 106-160 s for both stages of one process), RestartSec (the unit's 15 s) and one stage's start (assumed: about
-# two thirds of a pipeline's), a few requests, the stops.
-EST = {"setup": 10, "ready": 200, "requests": 25, "lead": 8, "restart_sec": 15, "stage_start": 110,
-       "registration": 10, "check": 5, "clients_after": 20, "stop": 15, "head_restart": 150}
+# Seconds, for --estimate: two starts on one GPU, one after the other (the head to its prefill's KV cache, about
+# 100 s, then the headless process from nothing: assumed about 110 s, against runs 1-7's 106-160 s for a whole
+# one-process pipeline), RestartSec (the unit's 15 s) and the headless start again, a few requests, the stops;
+# if the head exits too, its own start and the headless one's after it.
+EST = {"setup": 10, "ready": 210, "requests": 25, "lead": 8, "restart_sec": 15, "stage_start": 110,
+       "registration": 10, "check": 5, "clients_after": 20, "stop": 15, "head_restart": 250}
 STAGGER_LINE = re.compile(r"init engine \(profile, create kv cache")
 
 
@@ -428,6 +431,7 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
                                                               deadline - EST["stop"])
     checker.halt.set()
     open_at_end = load.stop()
+    hanging = load.still_open(kill)
     watch.poll()
     events["registered_again_s"] = watch.first("head: registered")
     events["head_detached_dead_replica_s"] = watch.first("head: detached")
@@ -438,7 +442,7 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
     return {"kill": args.kill, "killed": targets, "unit": victim_entry["unit"],
             "units": {name: {k: u.settings[k] for k in ("Restart", "RestartSec", "TimeoutStopSec")} for name, u in units.items()},
             "head_exited": "head_exit_s" in events, **events, "order": order, "health": health,
-            **faults.client_view(load.snapshot(), kill, marks, open_at_end),
+            **faults.client_view(load.snapshot(), kill, marks, open_at_end), "still_open_at_end": hanging,
             "checks_after_relaunch": [{k: r[k] for k in ("sent_s", "ended_s", "outcome", "error")} for r in checker.results][:20],
             "log_lines": watch.seen}
 

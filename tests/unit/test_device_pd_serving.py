@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -259,7 +260,7 @@ def test_fault_of_the_decode_stage_and_the_restart_as_restart_always(bench_rehea
     assert fault["log_lines"]["engine: server finished"]["at_s"] < restart["relaunched_s"]
     logs = tar_members(out / "logs.tar.gz")
     assert "is dead: EngineDeadError" in logs["pd-fault.log"] and "===== launch 2" in logs["pd-fault.log"]
-    assert "log_offset" not in fault
+    assert "log_offset" not in fault and fault["still_open_at_end"] == []
 
 
 def test_bench_budget_skips_what_would_not_fit(tmp_path):
@@ -376,6 +377,7 @@ def test_span_headless_killed_head_waits_and_the_restarted_stage_registers(span_
     examples = {r["example"] for r in fault["runs"] if r["outcome"] == "stream error"}
     assert "stream error: stage replica disappeared" in examples
     assert fault["runs"][-1]["outcome"] == "ok"
+    assert fault["still_open_at_end"] == [] and fault["client_requests_still_open_at_end"] == 0
     assert fault["order"][1].endswith("headless unit started again (Restart=always after RestartSec)")
 
 
@@ -404,3 +406,30 @@ def test_netlink_adds_and_removes_an_address_on_lo(tmp_path):
     done = subprocess.run(in_private_network([sys.executable, "-c", code]), cwd=REPO, capture_output=True, text=True,
                           check=False)
     assert done.stdout.split() == ["False", "added", "True", "present", "removed", "False"], done.stderr
+
+
+def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
+    """tests/device/prepare.sh --calls: the staging calls back to back (one per payload part, the last with the
+    extras and the unpack), then A (PD and aggregated, one spec), B (span) and C (decode killed, restart), each
+    with timeout_s 600 and an estimate inside the 570 s budget, from the renders prepare.sh makes."""
+    root = tmp_path / "render"
+    for name in ("pd-text", "aggregated-text", "pd-span-text"):
+        plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{name}.yml"))
+        for path, text in render_tree(plan).items():
+            (root / name / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / name / path).write_text(text)
+    done = subprocess.run([str(REPO / "tests" / "device" / "prepare.sh"), "--calls"], cwd=REPO, capture_output=True,
+                          text=True, check=False, env={**os.environ, "DEVICE_RENDER_ROOT": str(root)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    parts = json.loads((REPO / "tests" / "device" / "payload.json").read_text())["parts"]
+    staging = [line for line in lines if "pd_serving.sh stage" in line]
+    assert len(staging) == len(parts) and "extras.tar.gz" in staging[-1] and "imports pd-text=" in staging[-1]
+    calls = {line.split(".", 1)[0].strip(): line for line in lines if line.startswith(("  A.", "  B.", "  C."))}
+    assert set(calls) == {"A", "B", "C"} and all(line.endswith("timeout_s 600") for line in calls.values())
+    assert "pd-text=/srv/stage/render/pd-text aggregated-text=/srv/stage/render/aggregated-text" in calls["A"]
+    assert """--spec '{"input_lens": [512], "output_lens": [32],""" in calls["A"]
+    assert "span=/srv/stage/render/pd-span-text" in calls["B"]
+    assert "--fault 1" in calls["C"] and "--restart-after-fault" in calls["C"] and "--no-grid" in calls["C"]
+    estimates = [int(n) for n in re.findall(r"\(about (\d+) s", done.stdout)]
+    assert len(estimates) == 3 and all(300 < n <= 570 for n in estimates), estimates

@@ -323,8 +323,11 @@ class Engine:
         self.sandbox = sandbox or []  # tests/device/sandbox.py and its options, or nothing (as root)
         self.log_path = logs / f"{name}.log"
         env = read_env(Path(pipeline["paths"]["env_file"]))
-        if pipeline.get("api_key_env", "VLLM_API_KEY"):  # a headless stage serves no HTTP and gets no key
-            env["VLLM_API_KEY"] = API_KEY  # the secrets block the engine role appends on a host
+        # The secrets block the engine role appends on a host (roles/engine/templates/secrets.env.j2): the key under
+        # the plan's api_key_env; a headless stage serves no HTTP and gets none.
+        key_env = pipeline.get("api_key_env", "VLLM_API_KEY")
+        if key_env:
+            env[key_env] = API_KEY
         env.update(STAGING_ENV)
         # What only this one machine needs (two inventory hosts sharing one port space); the caller says why.
         env.update(env_overrides or {})

@@ -220,6 +220,7 @@ def start_in_order(head: serving.Engine, rest: list[serving.Engine], stagger: bo
                                     timeout)
     for engine in rest:
         engine.start()
+    out["headless_started_after_head_s"] = [round(engine.started - head.started, 2) for engine in rest]
     return out
 
 
@@ -237,10 +238,10 @@ def scenario(name: str, render: Path, logs: Path, args, deadline: float) -> dict
         return run(name, render, logs, args, deadline, plan, items, record, engines)
     finally:
         # The deploy's stop order: headless stages first, then the head (GPU swept last).
-        for engine in list(engines.values())[1:]:
-            engine.stop(sweep_gpu=False)
-        if engines:
-            next(iter(engines.values())).stop(sweep_gpu=True)
+        record["stopped"] = []
+        for unit_name, engine in [*list(engines.items())[1:], *list(engines.items())[:1]]:
+            engine.stop(sweep_gpu=engine is next(iter(engines.values())))
+            record["stopped"].append(unit_name)
         for ip, how in record.get("addresses", {}).items():
             if how == "added":
                 with contextlib.suppress(OSError):

@@ -346,6 +346,8 @@ def test_span_serves_through_head_and_headless_judged_from_both_logs(span_head_l
     assert span["one_machine_env"] == {"omni-span0-decode0": {"VLLM_PORT": "20064"}}  # the next ZMQ slice
     assert span["ready"]["ready"] and span["ready"]["headless_running"] == [True]
     assert span["start"]["stagger_s"] is not None  # the headless start waited for the prefill's KV cache
+    assert span["start"]["headless_started_after_head_s"][0] >= span["start"]["stagger_s"] > 0  # the deploy's order
+    assert span["stopped"] == ["omni-span0-decode0", "omni-span0"]  # headless first, then the head
     assert span["registrations"] == ["[OmniMasterServer] Stage 1 replica 0 registered from host 10.213.77.12"]
     assert {"10.213.77.11:8091", "10.213.77.11:8400"} <= set(span["listening"]["head"])
     assert span["judged"]["requests"] == span["judged"]["through_prefill_and_decode"] == 16

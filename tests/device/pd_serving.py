@@ -130,10 +130,16 @@ def install_connector(plan: dict, purelib: str) -> str | None:
     return str(target)
 
 
-def lay_out(render: Path, plan: dict) -> dict:
-    """Copy the render's pipeline files to the paths the plan names; return the pipeline."""
-    (host, host_plan), = plan["hosts"].items()
-    pipeline, = host_plan["pipelines"]
+def lay_out(render: Path, plan: dict, host: str | None = None, name: str | None = None) -> dict:
+    """Copy one process's files from the render to the paths the plan names; return its pipeline entry.
+
+    Without ``host``/``name`` the plan must have one host with one pipeline (every single-host device
+    inventory); a render spanning hosts (tests/device/span_serving.py) names the process it wants."""
+    if host is None:
+        (host, host_plan), = plan["hosts"].items()
+    else:
+        host_plan = plan["hosts"][host]
+    pipeline, = [p for p in host_plan["pipelines"] if name is None or p["name"] == name]
     source = render / host / pipeline["name"]
     config_dir = Path(pipeline["paths"]["config_dir"])
     config_dir.mkdir(parents=True, exist_ok=True)
@@ -308,31 +314,54 @@ def http(method: str, url: str, body: dict | None = None, key: str | None = API_
 
 
 class Engine:
-    def __init__(self, pipeline: dict, name: str, logs: Path, home: str, sandbox: list[str] | None = None):
+    """One engine unit's process (a pipeline, or one process of a distributed pipeline), started the way its
+    systemd unit would start it, in a session of its own (the stand-in for the unit's cgroup)."""
+
+    def __init__(self, pipeline: dict, name: str, logs: Path, home: str, sandbox: list[str] | None = None,
+                 env_overrides: dict[str, str] | None = None):
         self.pipeline = pipeline
         self.sandbox = sandbox or []  # tests/device/sandbox.py and its options, or nothing (as root)
         self.log_path = logs / f"{name}.log"
         env = read_env(Path(pipeline["paths"]["env_file"]))
-        env["VLLM_API_KEY"] = API_KEY  # the secrets block the engine role appends on a host
+        # The secrets block the engine role appends on a host (roles/engine/templates/secrets.env.j2): the key under
+        # the plan's api_key_env; a headless stage serves no HTTP and gets none.
+        key_env = pipeline.get("api_key_env", "VLLM_API_KEY")
+        if key_env:
+            env[key_env] = API_KEY
         env.update(STAGING_ENV)
+        # What only this one machine needs (two inventory hosts sharing one port space); the caller says why.
+        env.update(env_overrides or {})
+        self.env_overrides = dict(env_overrides or {})
         env["HOME"] = home  # the unit's WorkingDirectory and the engine user's home
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(STAGE / "lib"), os.environ.get("LD_LIBRARY_PATH", "")) if p)
         for key, value in os.environ.items():  # this machine's NVLink-multicast-off settings must stay
-            if key.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM_")):
+            # FAKE_ENGINE_*: only the CPU rehearsal's stand-in reads them (its scaled-down timeouts).
+            if key.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM_", "FAKE_ENGINE_")):
                 env[key] = value
         self.env = env
         self.process: subprocess.Popen | None = None
+        self.handle = None
         self.started = 0.0
+        self.launches = 0
 
     def start(self) -> None:
-        self.handle = self.log_path.open("w")
+        """Start the unit's argv; a second start (a restart) appends to the same log, after a marker line."""
+        if self.handle is not None:
+            self.handle.close()
+        self.handle = self.log_path.open("a" if self.launches else "w")
         argv = [*self.sandbox, *self.pipeline["argv"]]
-        self.handle.write(f"$ {' '.join(argv)}\n# env: {json.dumps(sorted(self.env))}\n")
+        marker = f"# ===== launch {self.launches + 1} at {time.strftime('%H:%M:%S')} =====\n" if self.launches else ""
+        self.handle.write(f"{marker}$ {' '.join(argv)}\n# env: {json.dumps(sorted(self.env))}\n")
         self.handle.flush()
         self.started = time.monotonic()
+        self.launches += 1
         self.process = subprocess.Popen(argv, env=self.env, stdout=self.handle,
                                         stderr=subprocess.STDOUT, start_new_session=True, cwd=self.env["HOME"])
+
+    def session_pids(self) -> list[int]:
+        """Every live process of this unit: its session (what systemd's cgroup would hold)."""
+        return session_pids(self.process.pid) if self.process else []
 
     def text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -356,7 +385,9 @@ class Engine:
         status, _unused = http("GET", self.pipeline["url"] + "/health", key=None, timeout=10)
         return {"process_running": self.process.poll() is None, "health": status}
 
-    def stop(self) -> None:
+    def stop(self, sweep_gpu: bool = True) -> None:
+        """Stop the unit: SIGTERM to its session, SIGKILL after 30 s. ``sweep_gpu``: then kill every process left
+        on the GPU (false while another unit of the same run still serves on it)."""
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -364,14 +395,36 @@ class Engine:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=30)
-        # Stage processes can outlive their parent: nothing of this run may hold the GPU for the next one.
-        apps = nvidia_smi("--query-compute-apps=pid", "--format=csv,noheader").split()
-        for pid in apps:
-            if pid.isdigit() and int(pid) != os.getpid():
-                with contextlib.suppress(OSError):  # gone already
-                    os.kill(int(pid), signal.SIGKILL)
-        time.sleep(3)
-        self.handle.close()
+        # Stage processes outlive their parent; they stay in its session (stand-in for the unit's cgroup).
+        for pid in self.session_pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if sweep_gpu:
+            # Nothing of this run may hold the GPU for the next one.
+            apps = nvidia_smi("--query-compute-apps=pid", "--format=csv,noheader").split()
+            for pid in apps:
+                if pid.isdigit() and int(pid) != os.getpid():
+                    with contextlib.suppress(OSError):  # gone already
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(3)
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+def session_pids(sid: int) -> list[int]:
+    """The live processes whose session id is ``sid`` (/proc/PID/stat field 6), zombies left out."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 # --- the client -------------------------------------------------------------------------------
@@ -399,6 +452,10 @@ def chat(pipeline: dict, model: str, request_id: str, prompt: str, max_tokens: i
                 if not line.startswith("data:") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[5:])
+                if chunk.get("error") or chunk.get("object") == "error":  # an error event inside a 200 stream
+                    detail = chunk.get("error") or chunk
+                    result["error"] = "stream error: " + str(detail.get("message") if isinstance(detail, dict)
+                                                             else detail)[:280]
                 if chunk.get("usage"):
                     result["usage"] = chunk["usage"]
                 for choice in chunk.get("choices") or []:
@@ -645,14 +702,48 @@ def main() -> int:
         results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock",
                                  sandboxed=flag == "sandbox")
         results_path.write_text(json.dumps(results, indent=1, default=str))
-    # Logs come back as one file (the device tool returns a handful): the tail of each, whole failure lines.
-    with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
+    pack_logs(logs, out / "logs.tar.gz")
+    for problem in check_out(out):
+        log(f"WARNING: {problem}")
+    return 0
+
+
+WHOLE_LOG_MAX_BYTES = 8 * 1024 * 1024  # a log kept whole still leaves the tar well under 16 MiB compressed
+
+
+def pack_logs(logs: Path, archive_path: Path, whole: tuple[str, ...] = ()) -> None:
+    """Logs come back as one file (the device tool returns a handful): the head and tail of each log, or the
+    whole of those named in ``whole`` (a fault's slice, where every line of the story matters)."""
+    with tarfile.open(archive_path, "w:gz") as archive:
         for path in sorted(p for p in logs.glob("*.log") if not p.name.endswith(".tail.log")):
+            if path.name in whole and path.stat().st_size <= WHOLE_LOG_MAX_BYTES:
+                archive.add(path, arcname=path.name)
+                continue
             lines = path.read_text(errors="replace").splitlines()
             trimmed = path.with_suffix(".tail.log")
             trimmed.write_text("\n".join([*lines[:60], "... (cut) ...", *lines[-1500:]]) + "\n")
             archive.add(trimmed, arcname=trimmed.name)
-    return 0
+
+
+# The device tool's limits on what comes back from $OUT (/work/.library/device/README.md, Limits).
+OUT_MAX_FILES, OUT_MAX_DEPTH, OUT_MAX_BYTES = 8, 2, 16 * 1024 * 1024
+OUT_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_out(out: Path) -> list[str]:
+    """What under ``out`` would not come back: more than 8 files, deeper than 2 folders, over 16 MiB, odd names."""
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    problems = [f"{len(files)} files under {out}, the device tool returns {OUT_MAX_FILES}"] \
+        if len(files) > OUT_MAX_FILES else []
+    for path in files:
+        relative = path.relative_to(out)
+        if len(relative.parts) - 1 > OUT_MAX_DEPTH:
+            problems.append(f"{relative}: more than {OUT_MAX_DEPTH} folders down")
+        if path.stat().st_size > OUT_MAX_BYTES:
+            problems.append(f"{relative}: {path.stat().st_size} bytes, over 16 MiB")
+        if not all(OUT_NAME.fullmatch(part) for part in relative.parts):
+            problems.append(f"{relative}: a name with characters other than letters, digits, '.', '_', '-'")
+    return problems
 
 
 if __name__ == "__main__":

@@ -10,10 +10,15 @@
 #   tests/device/pd_serving.sh run [--compile-bytecode] [--ready-timeout S] NAME=RENDER[:stock|:sandbox]...
 #                                                      unpack once, then serve and measure each scenario
 #                                                      (tests/device/pd_serving.py); results land in $OUT
-#   tests/device/pd_serving.sh bench [--spec JSON] [--fault STAGE] NAME=RENDER...
+#   tests/device/pd_serving.sh bench [--spec JSON] [--fault STAGE [--restart-after-fault]] [--no-grid] NAME=RENDER...
 #                                                      the bench harness (vllm bench serve) on each render and
 #                                                      the engine's /metrics (tests/device/bench_pd_vs_aggregated.py)
-#                                                      (--fault: kill -9 that stage under load and watch)
+#                                                      (--fault: kill -9 that stage under load and watch;
+#                                                      --restart-after-fault: then restart as Restart=always would)
+#   tests/device/pd_serving.sh span [--kill main|engine|group] NAME=RENDER
+#                                                      a PD pipeline spanning two inventory hosts on this one GPU
+#                                                      (head + headless), its headless stage killed under load
+#                                                      and restarted in the deploy's order (tests/device/span_serving.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=/srv/stage
@@ -25,7 +30,7 @@ case "$command" in
     for file in "$@"; do cp "$file" "$stage/in/"; done
     ls -l "$stage/in"
     ;;
-  run|imports|bench)
+  run|imports|bench|span)
     if [ ! -d "$stage/site" ]; then
       tests/device/unpack_payload.sh "$stage" "$stage"/in/engine.tar.xz.part*
     fi
@@ -38,11 +43,14 @@ case "$command" in
     if [ "$command" = bench ]; then
       PYTHONUNBUFFERED=1 exec python3 tests/device/bench_pd_vs_aggregated.py --out "${OUT:-/tmp/out}" "$@"
     fi
+    if [ "$command" = span ]; then
+      PYTHONUNBUFFERED=1 exec python3 tests/device/span_serving.py --out "${OUT:-/tmp/out}" "$@"
+    fi
     if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,21p' "$0" >&2
     exit 2
     ;;
 esac

@@ -6,9 +6,66 @@
 #   .device/extras.tar.gz              the tiny random Qwen3-Omni (tiny_model.py) and the collection's
 #                                      render of every tests/device/inventories/*.yml (render.yml)
 # Run through `make device-payload` (it provides the tool venv and the 0.26.0 engine venv, whose
-# transformers writes the model's config). Re-running reuses downloads.
+# transformers writes the model's config). Re-running reuses downloads. Then it prints the device calls.
+#   tests/device/prepare.sh --calls    only print the calls (and their estimated seconds, once the renders
+#                                      exist in .device/extras/render or $DEVICE_RENDER_ROOT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+# The spec both renders of call A run (the bench role's grid). OSL 32: the decode stage's max_tokens in the
+# device inventories; vLLM-Omni 0.26 stops PD there whatever the harness asks, and aggregated would go on.
+spec='{"input_lens": [512], "output_lens": [32], "concurrency": [1, 4, 8], "prompts_min": 8, "prompts_per_concurrency": 2}'
+render=/srv/stage/render
+bench_a=(--compile-bytecode --ready-timeout 240 --spec "$spec" "pd-text=$render/pd-text" "aggregated-text=$render/aggregated-text")
+span_b=(--ready-timeout 360 "span=$render/pd-span-text")
+fault_c=(--no-grid --ready-timeout 240 --fault 1 --fault-window 60 --restart-after-fault "pd-text=$render/pd-text")
+
+shown() {  # the arguments as they are typed: the spec in single quotes
+  local arg out=()
+  for arg in "$@"; do
+    if [[ $arg == *' '* ]]; then out+=("'$arg'"); else out+=("$arg"); fi
+  done
+  echo "${out[*]}"
+}
+
+estimate() {  # the script's own plan of a call, as "about N s"; nothing starts
+  DEVICE_RENDER_ROOT=${DEVICE_RENDER_ROOT:-.device/extras/render} python3 "$@" 2>/dev/null \
+    | python3 -c 'import json, sys; d = json.load(sys.stdin); print("about %d s" % d.get("if the head lives", d)["total_s"])' \
+    2>/dev/null || echo "estimate once the renders exist"
+}
+
+calls() {
+  local parts last i
+  mapfile -t parts < <(python3 -c 'import json; [print(".device/" + p["name"]) for p in json.load(open("tests/device/payload.json"))["parts"]]')
+  last=${parts[-1]}
+  echo "Now, through the device tool, back to back (the machine is given back 30 s after a call ends):"
+  for ((i = 0; i < ${#parts[@]} - 1; i++)); do
+    echo "  $((i + 1)). run  tests/device/pd_serving.sh stage ${parts[i]}    carry [${parts[i]}]  timeout_s 120"
+  done
+  echo "  ${#parts[@]}. run  tests/device/pd_serving.sh stage $last .device/extras.tar.gz &&" \
+    "tests/device/pd_serving.sh imports pd-text=$render/pd-text    carry [$last, .device/extras.tar.gz]  timeout_s 300"
+  echo "     (unpack, versions, imports: about 40 s)"
+  echo "Then, each command keeping itself inside --budget 570 s (what does not fit is skipped and said so in its JSON):"
+  echo "  A. run  tests/device/pd_serving.sh bench $(shown "${bench_a[@]}")    timeout_s 600"
+  echo "     ($(estimate tests/device/bench_pd_vs_aggregated.py --estimate "${bench_a[@]}"): both grids; bench.json, pd-text/ and aggregated-text/report.json)"
+  echo "  B. run  tests/device/pd_serving.sh span $(shown "${span_b[@]}")    timeout_s 600"
+  echo "     ($(estimate tests/device/span_serving.py --estimate "${span_b[@]}") if the head lives on; if it exits too, its restart"
+  echo "     may not fit and results.json says how far it got)"
+  echo "  C. run  tests/device/pd_serving.sh bench $(shown "${fault_c[@]}")    timeout_s 600"
+  echo "     ($(estimate tests/device/bench_pd_vs_aggregated.py --estimate "${fault_c[@]}"): decode killed, the restart timed; bench.json)"
+  echo "In that order of value: A is issue 25's PD against aggregated (one spec, both reports, compare); B has never"
+  echo "run on a GPU (a head and a headless process, the headless killed, re-registration); C repeats run 7's kill for"
+  echo "decode (stage 1) and times the restart. A with C's fault would not fit one call: the grids come first."
+  echo "Back here: results.json/bench.json, NAME/report.json, bench-files.tar.gz and logs.tar.gz in the tool's files_at;"
+  echo "  tar -C DIR -xzf FILES_AT/bench-files.tar.gz; python roles/bench/files/vllm_omni_bench.py report|compare (plots);"
+  echo "  python3 tests/device/excerpt.py FILES_AT... tests/fixtures/NAME"
+}
+
+if [ "${1:-}" = --calls ]; then
+  calls
+  exit 0
+fi
+
 engine_python=${ENGINE_PYTHON:?set ENGINE_PYTHON to a vLLM-Omni 0.26.0 venv python (make device-payload does)}
 python3 tests/device/build_payload.py
 rm -rf .device/extras && mkdir -p .device/extras/render
@@ -22,10 +79,4 @@ done
 python3 tests/device/build_payload.py --check-renders .device/extras/render
 tar -C .device/extras -czf .device/extras.tar.gz model render
 ls -l .device/engine.tar.xz.part* .device/extras.tar.gz
-parts=(.device/engine.tar.xz.part*)
-echo "Now, through the device tool, back to back (the machine is given back after 30 s idle):"
-for ((i = 0; i < ${#parts[@]} - 1; i++)); do
-  echo "  run  tests/device/pd_serving.sh stage ${parts[i]}    carry [${parts[i]}]"
-done
-echo "  run  tests/device/pd_serving.sh stage ${parts[-1]} .device/extras.tar.gz    carry [both]"
-echo "  run  tests/device/pd_serving.sh run --compile-bytecode pd-text=/srv/stage/render/pd-text pd-text-sandboxed=/srv/stage/render/pd-text:sandbox"
+calls

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -44,26 +45,31 @@ def _remove_roots():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def stand_in_device(tmp: Path, name: str) -> tuple[dict, Path, dict]:
-    """The device machine's layout with the stand-in engine: the pd-text render (its roots under /srv, removed
-    after), /srv/stage as the payload would unpack it, and the environment the device scripts read."""
+def stand_in_device(tmp: Path, name: str, inventory: str = "pd-text", ports: bool = True) -> tuple[dict, Path, dict]:
+    """The device machine's layout with the stand-in engine: the render of tests/device/inventories/INVENTORY.yml
+    (its roots under /srv, removed after; pd-text in tmp/render, any other in tmp/render-INVENTORY), /srv/stage as
+    the payload would unpack it, and the environment the device scripts read. ``ports``: free ports of this
+    machine for the API and bootstrap (not wanted in a network namespace of its own, where the plan's are free)."""
     if os.geteuid() != 0:
         pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
     # The plan's roots may not live in /tmp (anyone could plant them there): a directory of our own, removed after.
     roots = Path(f"/srv/vllm-omni-serve-{name}-{os.getpid()}")
     request_cleanup(roots)
-    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-text.yml", extra_vars={
-        "vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
-        "vllm_omni_hf_home": str(roots / "hf"), "vllm_omni_api_port_base": free_port(),
-        "vllm_omni_bootstrap_port_base": free_port()}))
-    render = tmp / "render"
+    extra = {"vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
+             "vllm_omni_hf_home": str(roots / "hf")}
+    if ports:
+        extra.update(vllm_omni_api_port_base=free_port(), vllm_omni_bootstrap_port_base=free_port())
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{inventory}.yml",
+                                             extra_vars=extra))
+    render = tmp / ("render" if inventory == "pd-text" else f"render-{inventory}")
     for path, text in render_tree(plan).items():
         (render / path).parent.mkdir(parents=True, exist_ok=True)
         (render / path).write_text(text)
     stage = tmp / "stage"
-    (stage / "lib").mkdir(parents=True)
-    os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
-    (tmp / "torch").mkdir()
+    if not stage.exists():
+        (stage / "lib").mkdir(parents=True)
+        os.symlink(REPO / "tests" / "fixtures" / "fake_engine", stage / "site")
+        (tmp / "torch").mkdir()
     env = {**os.environ, "DEVICE_STAGE": str(stage), "DEVICE_TORCH_SITE": str(tmp / "torch"),
            "PYTHONUNBUFFERED": "1"}
     return plan, render, env
@@ -159,28 +165,273 @@ def test_sandbox_emulation_accounts_for_every_directive_of_the_engine_unit(tmp_p
     assert not unknown, f"the engine unit has directives tests/device/sandbox.py neither emulates nor lists: {unknown}"
 
 
-def test_bench_and_fault_rehearsal(tmp_path):
-    """tests/device/bench_pd_vs_aggregated.py on the stand-in: the grid through `vllm bench serve`, /metrics
-    before and after load, and --fault 0 (the prefill stage's process killed under load), all written to
-    bench.json, before any device minute is spent on it."""
-    _unused, render, env = stand_in_device(tmp_path, "rehearsal-bench")
-    out = tmp_path / "out"
+def device_files(out: Path) -> dict[str, str]:
+    """What the device tool would bring back from $OUT, checked against its limits (at most 8 files, 2 folders
+    down, 16 MiB each): a script that writes more loses results on the device, so the rehearsal fails."""
+    sys.path.insert(0, str(REPO / "tests" / "device"))
+    try:
+        import pd_serving
+    finally:
+        sys.path.remove(str(REPO / "tests" / "device"))
+    assert pd_serving.check_out(out) == []
+    return {str(p.relative_to(out)): p for p in out.rglob("*") if p.is_file()}
+
+
+def tar_members(path: Path) -> dict[str, str]:
+    import tarfile
+
+    with tarfile.open(path) as archive:
+        return {m.name: archive.extractfile(m).read().decode(errors="replace") for m in archive.getmembers() if m.isfile()}
+
+
+@pytest.fixture(scope="module")
+def bench_rehearsal(tmp_path_factory):
+    """One call as the device gets it: PD and aggregated with one spec, then PD's decode stage (stage 1) killed
+    under load and the pipeline restarted as the unit's Restart=always would."""
+    tmp = tmp_path_factory.mktemp("bench")
+    _unused, render, env = stand_in_device(tmp, "rehearsal-bench")
+    _unused, aggregated, _unused = stand_in_device(tmp, "rehearsal-bench", "aggregated-text")
+    out = tmp / "out"
     spec = {"input_lens": [16], "output_lens": [4], "concurrency": [1, 2], "prompts_min": 2, "prompts_per_concurrency": 1}
     run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"), "--out", str(out),
-                          "--ready-timeout", "60", "--spec", json.dumps(spec), "--fault", "0", "--fault-window", "4",
-                          "--fault-after", "2", f"pd={render}"],
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
+                          "--ready-timeout", "60", "--spec", json.dumps(spec), "--fault", "1", "--fault-window", "30",
+                          "--fault-after", "2", "--restart-after-fault", f"pd={render}", f"agg={aggregated}"],
+                         env={**env, "FAKE_ENGINE_EXIT_AFTER_S": "2"}, capture_output=True, text=True, timeout=400,
+                         check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    record, = json.loads((out / "bench.json").read_text())
-    assert [(c["concurrency"], c["completed"], c["failed"]) for c in record["report"]] == [(1, 2, 0), (2, 2, 0)]
-    for name in ("metrics-pd.prom", "metrics-pd-after-load.prom"):
-        assert "vllm:num_requests_running" in (out / name).read_text()
-    fault = record["fault"]
-    assert fault["stage"] == 0 and fault["killed_pid"] > 0 and fault["other_stages_alive_after"] == {"1": True}
+    return json.loads((out / "bench.json").read_text()), out, run.stdout
+
+
+def test_bench_runs_both_renders_with_one_spec_and_compares_them(bench_rehearsal):
+    document, out, stdout = bench_rehearsal
+    pd, agg = document["renders"]
+    for record in (pd, agg):
+        assert [(c["concurrency"], c["completed"], c["failed"]) for c in record["report"]] == [(1, 2, 0), (2, 2, 0)]
+    assert (pd["layout"], agg["layout"]) == ("pd", "aggregated")
+    assert document["compare"]["rc"] == 0 and "| 16 | 4 | 2 | TTFT p50 ms |" in document["compare"]["markdown"]
+    files = device_files(out)
+    assert set(files) == {"bench.json", "pd/report.json", "agg/report.json", "bench-files.tar.gz", "logs.tar.gz"}
+    # what compare needs, back on the controller: the two report.json files as they are
+    compare = subprocess.run([sys.executable, str(REPO / "roles/bench/files/vllm_omni_bench.py"), "compare",
+                              "--report", str(out / "pd/report.json"), "--report", str(out / "agg/report.json"),
+                              "--out", str(out.parent / "compare")], capture_output=True, text=True, check=False)
+    assert compare.returncode == 0, compare.stderr
+    members = tar_members(files["bench-files.tar.gz"])
+    for name in ("pd", "agg"):
+        assert {f"{name}/raw.json", f"{name}/meta.json", f"{name}/report.md", f"{name}/grid.json"} <= set(members)
+        assert "vllm:num_requests_running" in members[f"metrics-{name}.prom"]
+        assert "vllm:num_requests_running" in members[f"metrics-{name}-after-load.prom"]
+    estimate = document["call"]["estimate"]
+    assert [s["step"] for s in estimate["steps"]][:3] == ["pd: lay out, start, ready", "pd: grid of 2 cells",
+                                                        "pd: kill stage 1, restart, serve again"]
+    assert "fault" not in agg  # an aggregated render has no stage to kill
+    assert "Compare: pd vs agg" in stdout
+
+
+def test_fault_of_the_decode_stage_and_the_restart_as_restart_always(bench_rehearsal):
+    """kill -9 of stage 1 under load: the stand-in exits 0 as the real engine did for stage 0 (run 7); the script
+    stops what is left of the unit, waits RestartSec (15 s, read from the rendered unit), starts the same argv,
+    and times /health 200 and the first chat completion answered in full, judged prefill -> decode."""
+    document, out, _unused = bench_rehearsal
+    fault = document["renders"][0]["fault"]
+    assert fault["stage"] == 1 and fault["killed_pid"] > 0 and fault["other_stages_alive_after"] == {"0": False}
     assert fault["completed_before_kill"] > 0
-    # The stand-in fails requests and /health once a stage died; the device run measures what the real one does.
-    assert fault["health"][-1][1] == 503 and fault["health"][-1][0] < 1.5 and fault["server_exit"] is None
-    late = [r for r in fault["after_kill"] if r["started_s"] >= 0.5]  # the stand-in notices within 0.2 s
-    assert late and all(r["status"] == 500 for r in late)
-    assert "stage 0 engine died" in (out / "logs" / "pd-fault.log").read_text()
-    assert "log_offset" not in fault
+    assert fault["server_exit"]["returncode"] == 0 and 1.5 < fault["server_exit"]["at_s"] < 4
+    restart = fault["restart"]
+    assert restart["unit"] == {"Restart": "always", "RestartSec": 15.0, "TimeoutStopSec": 120.0}
+    assert restart["leftovers"]["sigkill"] == []
+    assert restart["relaunched_s"] >= restart["server_exit_s"] + 15
+    assert restart["relaunched_s"] < restart["health_200_s"] <= restart["first_ok_s"] < restart["relaunched_s"] + 20
+    assert restart["relaunched_s"] < restart["clients_first_ok_s"] < restart["relaunched_s"] + 20
+    assert restart["judged"]["ok"], restart["judged"]
+    assert restart["ready_after_relaunch_s"] >= 1  # the stand-in's start-up second
+    assert set(restart["stage_pids_after"]) == {"0", "1"} and all(restart["stage_pids_after"].values())
+    assert fault["killed_pid"] not in restart["stage_pids_after"].values()
+    # what clients saw, phase by phase: refused while the server was down, ok again after the relaunch
+    phases = {p["from"]: p for p in fault["phases"]}
+    assert list(phases) == ["kill", "server exit", "relaunched", "health 200", "first ok"]
+    assert set(phases["server exit"]["outcomes"]) == {"refused"}
+    assert "ok" in phases["first ok"]["outcomes"] or "ok" in phases["health 200"]["outcomes"]
+    outcomes = [r["outcome"] for r in fault["runs"]]
+    assert "refused" in outcomes and outcomes[-1] == "ok"
+    assert any(r["outcome"] in ("http 500", "cut stream") for r in fault["runs"])
+    assert fault["health"][0][1] in (200, None) and fault["health"][-1][1] == 200
+    assert any(h[1] is None for h in fault["health"])
+    assert fault["log_lines"]["engine: server finished"]["at_s"] < restart["relaunched_s"]
+    logs = tar_members(out / "logs.tar.gz")
+    assert "is dead: EngineDeadError" in logs["pd-fault.log"] and "===== launch 2" in logs["pd-fault.log"]
+    assert "log_offset" not in fault and fault["still_open_at_end"] == []
+
+
+def test_bench_budget_skips_what_would_not_fit(tmp_path):
+    """--budget: a step whose estimate does not fit is skipped and said so, not started and killed at 600 s."""
+    _unused, render, env = stand_in_device(tmp_path, "rehearsal-budget")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"), "--out", str(out),
+                          "--budget", "100", f"pd={render}"], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert run.returncode == 1
+    record, = json.loads((out / "bench.json").read_text())["renders"]
+    assert record["skipped"].startswith("about ") and "left in --budget" in record["skipped"]
+    estimate = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"),
+                               "--estimate", "--fault", "1", "--restart-after-fault", f"pd={render}", f"agg={render}"],
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+    plan = json.loads(estimate.stdout)
+    assert plan["fits"] is False and plan["total_s"] > 570  # two grids and a restart do not fit one call
+    alone = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "bench_pd_vs_aggregated.py"),
+                            "--estimate", "--spec", json.dumps({"input_lens": [512], "output_lens": [64],
+                                                                "concurrency": [1], "prompts_min": 1,
+                                                                "prompts_per_concurrency": 1}), f"pd={render}"],
+                           env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert json.loads(alone.stdout)["warnings"] == ["pd: output length 64 > decode's max_tokens 32"]
+
+
+# --- a pipeline spanning two inventory hosts on one machine (tests/device/span_serving.py) ------------
+
+# The stand-in's timeouts, scaled down (the real ones: heartbeat 5 s, heartbeat timeout 30 s, dispatch wait 10 s,
+# the API server's exit 5 s after a stage died): RestartSec stays the rendered unit's 15 s.
+FAKE_SPAN = {"FAKE_ENGINE_HEARTBEAT_S": "0.5", "FAKE_ENGINE_HEARTBEAT_TIMEOUT_S": "3", "FAKE_ENGINE_DISPATCH_WAIT_S": "1",
+             "FAKE_ENGINE_EXIT_AFTER_S": "2"}
+
+
+def in_private_network(argv: list[str]) -> list[str]:
+    """argv in a network namespace of its own with lo up: the span script adds two addresses to lo, which must
+    not touch this (shared) machine's network, and the plan's fixed ports are free there."""
+    if not shutil.which("unshare") or not shutil.which("ip"):
+        pytest.skip("needs unshare(1) and ip(8) for a private network namespace")
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot create a network namespace here (needs CAP_SYS_ADMIN)")
+    return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+
+
+def span_run(tmp: Path, name: str, extra: list[str], env_extra: dict) -> tuple[dict, Path, str]:
+    _unused, render, env = stand_in_device(tmp, name, "pd-span-text", ports=False)
+    out = tmp / "out"
+    run = subprocess.run(in_private_network([sys.executable, str(REPO / "tests" / "device" / "span_serving.py"),
+                                             "--out", str(out), "--ready-timeout", "60", "--budget", "150", *extra,
+                                             f"span={render}"]),
+                         env={**env, **FAKE_SPAN, **env_extra}, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())["span"], out, run.stdout
+
+
+@pytest.fixture(scope="module")
+def span_head_lives(tmp_path_factory):
+    """kill -9 of the headless unit's main process; the head lives on (what vLLM-Omni's code suggests)."""
+    return span_run(tmp_path_factory.mktemp("span"), "rehearsal-span", ["--kill", "main"], {})
+
+
+@pytest.fixture(scope="module")
+def span_head_exits(tmp_path_factory):
+    """kill -9 of the headless engine-core process, and a head that shuts down once no decode replica is left."""
+    return span_run(tmp_path_factory.mktemp("span-head"), "rehearsal-span-head", ["--kill", "engine"],
+                    {"FAKE_ENGINE_HEAD_EXITS_ON_PEER_LOSS": "1"})
+
+
+def test_span_inventory_plans_one_pipeline_over_two_hosts_of_one_gpu():
+    """tests/device/inventories/pd-span-text.yml: the head (prefill) on h200-a, a headless decode on h200-b, each
+    on GPU 0, private addresses (loopback is refused for hosts that must reach each other)."""
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / "pd-span-text.yml"))
+    a, b = plan["hosts"]["h200-a"]["pipelines"], plan["hosts"]["h200-b"]["pipelines"]
+    assert [(p["name"], p["process"], p["stage_id"], p["gpus"]) for p in a + b] == [
+        ("omni-span0", "head", 0, [0]), ("omni-span0-decode0", "headless", 1, [0])]
+    assert b[0]["master"] == {"address": "10.213.77.11", "port": 8400} and "--headless" in b[0]["argv"]
+    assert a[0]["environment"]["VLLM_PORT"] == b[0]["environment"]["VLLM_PORT"] == "20000"  # the script moves b's
+    assert set(plan["host_platforms"].values()) == {"ubuntu2404"}  # build_payload.py --check-renders needs this
+
+
+def test_span_serves_through_head_and_headless_judged_from_both_logs(span_head_lives):
+    span, out, _unused = span_head_lives
+    assert span["addresses"] == {"10.213.77.11": "added", "10.213.77.12": "added"}
+    assert span["one_machine_env"] == {"omni-span0-decode0": {"VLLM_PORT": "20064"}}  # the next ZMQ slice
+    assert span["ready"]["ready"] and span["ready"]["headless_running"] == [True]
+    assert span["start"]["stagger_s"] is not None  # the headless start waited for the prefill's KV cache
+    assert span["start"]["headless_started_after_head_s"][0] >= span["start"]["stagger_s"] > 0  # the deploy's order
+    assert span["stopped"] == ["omni-span0-decode0", "omni-span0"]  # headless first, then the head
+    assert span["registrations"] == ["[OmniMasterServer] Stage 1 replica 0 registered from host 10.213.77.12"]
+    assert {"10.213.77.11:8091", "10.213.77.11:8400"} <= set(span["listening"]["head"])
+    assert span["judged"]["requests"] == span["judged"]["through_prefill_and_decode"] == 16
+    assert "StageEngineCoreProc_stage1" in span["judged"]["example"]["decode"][0]  # the receipt: the headless log
+    for group in ("one_at_a_time", "concurrent4"):
+        assert span["summary"][group]["ok"] == span["summary"][group]["requests"] == 8
+    assert set(device_files(out)) == {"results.json", "logs.tar.gz"}
+    logs = tar_members(out / "logs.tar.gz")
+    assert set(logs) == {"span-omni-span0.tail.log", "span-omni-span0-decode0.tail.log"}
+    assert '"VLLM_PORT"' in logs["span-omni-span0-decode0.tail.log"].splitlines()[1]  # the env names, no values
+    assert "===== launch 2" in logs["span-omni-span0-decode0.tail.log"]
+
+
+def test_span_headless_killed_head_waits_and_the_restarted_stage_registers(span_head_lives):
+    """The head lives on: requests in flight hang until the heartbeat timeout detaches the dead replica, new ones
+    fail after the dispatch wait; the headless unit restarts after RestartSec, registers again, serves."""
+    fault = span_head_lives[0]["fault"]
+    assert fault["kill"] == "main" and fault["head_exited"] is False and fault["health"] == [[0.0, 200]]
+    assert fault["headless_exit_s"] < 1 and fault["headless_returncode"] == -9
+    assert len(fault["headless_leftovers"]["leftovers"]) == 1 and fault["headless_leftovers"]["sigkill"] == []
+    assert 2.5 < fault["head_detached_dead_replica_s"] < 6  # the scaled 3 s heartbeat timeout
+    assert fault["relaunches"] == [["headless", fault["headless_relaunched_s"]]]
+    assert fault["headless_exit_s"] + 15 <= fault["headless_relaunched_s"]
+    assert fault["headless_relaunched_s"] < fault["registered_again_s"] < fault["first_ok_s"]
+    assert fault["first_ok_judged"]["ok"], fault["first_ok_judged"]
+    assert fault["clients_first_ok_s"] is not None
+    hung = [r for r in fault["in_flight_at_kill"] if r["outcome"] == "stream error"]
+    assert hung and all(r["seconds"] > 2 for r in hung)  # waited for the heartbeat timeout, no fast error
+    examples = {r["example"] for r in fault["runs"] if r["outcome"] == "stream error"}
+    assert "stream error: stage replica disappeared" in examples
+    assert fault["runs"][-1]["outcome"] == "ok"
+    assert fault["still_open_at_end"] == [] and fault["client_requests_still_open_at_end"] == 0
+    assert fault["order"][1].endswith("headless unit started again (Restart=always after RestartSec)")
+
+
+def test_span_head_exits_too_and_comes_back_in_the_deploys_order(span_head_exits):
+    fault = span_head_exits[0]["fault"]
+    assert fault["kill"] == "engine" and fault["head_exited"] is True and fault["head_returncode"] == 0
+    assert fault["headless_returncode"] == 0  # the headless process shut down cleanly after its engine core died
+    assert fault["headless_exit_s"] < fault["head_exit_s"]
+    (first, at_head), (second, at_headless) = fault["relaunches"]
+    assert (first, second) == ("head", "headless") and fault["head_exit_s"] + 15 <= at_head <= at_headless
+    assert at_headless < fault["registered_again_s"] < fault["first_ok_s"]
+    assert fault["first_ok_judged"]["ok"], fault["first_ok_judged"]  # the fault's own error lines do not count
+    assert "(the deploy's order)" in fault["order"][-1]
+    phases = {p["from"]: p for p in fault["phases"]}
+    assert set(phases["head exit"]["outcomes"]) == {"refused"}
+    assert any(h[1] is None for h in fault["health"]) and fault["health"][-1][1] == 200
+
+
+def test_netlink_adds_and_removes_an_address_on_lo(tmp_path):
+    """span_serving.netlink_address (no iproute2 on the device): in a private network namespace, an address
+    appears on lo, can be bound, and is gone after the removal."""
+    code = ("import sys; sys.path.insert(0, 'tests/device'); import span_serving as s; "
+            "ip = '10.213.77.99'; a = s.is_local(ip); r1 = s.netlink_address(ip, add=True); b = s.is_local(ip); "
+            "r2 = s.add_addresses([ip]); r3 = s.netlink_address(ip, add=False); c = s.is_local(ip); "
+            "print(a, r1, b, r2[ip], r3, c)")
+    done = subprocess.run(in_private_network([sys.executable, "-c", code]), cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    assert done.stdout.split() == ["False", "added", "True", "present", "removed", "False"], done.stderr
+
+
+def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
+    """tests/device/prepare.sh --calls: the staging calls back to back (one per payload part, the last with the
+    extras and the unpack), then A (PD and aggregated, one spec), B (span) and C (decode killed, restart), each
+    with timeout_s 600 and an estimate inside the 570 s budget, from the renders prepare.sh makes."""
+    root = tmp_path / "render"
+    for name in ("pd-text", "aggregated-text", "pd-span-text"):
+        plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{name}.yml"))
+        for path, text in render_tree(plan).items():
+            (root / name / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / name / path).write_text(text)
+    done = subprocess.run([str(REPO / "tests" / "device" / "prepare.sh"), "--calls"], cwd=REPO, capture_output=True,
+                          text=True, check=False, env={**os.environ, "DEVICE_RENDER_ROOT": str(root)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    parts = json.loads((REPO / "tests" / "device" / "payload.json").read_text())["parts"]
+    staging = [line for line in lines if "pd_serving.sh stage" in line]
+    assert len(staging) == len(parts) and "extras.tar.gz" in staging[-1] and "imports pd-text=" in staging[-1]
+    calls = {line.split(".", 1)[0].strip(): line for line in lines if line.startswith(("  A.", "  B.", "  C."))}
+    assert set(calls) == {"A", "B", "C"} and all(line.endswith("timeout_s 600") for line in calls.values())
+    assert "pd-text=/srv/stage/render/pd-text aggregated-text=/srv/stage/render/aggregated-text" in calls["A"]
+    assert """--spec '{"input_lens": [512], "output_lens": [32],""" in calls["A"]
+    assert "span=/srv/stage/render/pd-span-text" in calls["B"]
+    assert "--fault 1" in calls["C"] and "--restart-after-fault" in calls["C"] and "--no-grid" in calls["C"]
+    estimates = [int(n) for n in re.findall(r"\(about (\d+) s", done.stdout)]
+    assert len(estimates) == 3 and all(300 < n <= 570 for n in estimates), estimates

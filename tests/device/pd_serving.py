@@ -17,9 +17,10 @@ What it does, per scenario (a render of one ``tests/device/inventories/*.yml``):
    one at a time, then concurrent ones), a request without the key, and on PD one whose first
    token is forced to end-of-sequence; records status, time to first token (TTFT), inter-token
    latency (ITL) and tokens per request;
-4. judges from the engine's log, request by request, whether each went prefill -> Mooncake ->
+4. judges from the engine's log, request by request, whether each went prefill -> KV transfer ->
    decode (the collection's own judge, ``plugins/plugin_utils/_pd_evidence.py``), and collects the
-   bootstrap server's ``/query``, the Mooncake listening ports and the engine's failure lines;
+   bootstrap server's ``/query`` and Mooncake's listening ports (NIXL: its side channels and UCX ports)
+   and the engine's failure lines;
 5. stops the pipeline (its whole process group) and moves on.
 
 A scenario given as ``NAME=RENDER:stock`` runs with vLLM's own MooncakeConnector instead of the
@@ -579,12 +580,21 @@ def evidence(engine: Engine, pipeline: dict, results: dict, pd: bool) -> dict:
         sample = next(iter(verdicts), None)
         if sample:
             found["example"] = _pd_evidence.judge(text, sample)
-        port = pipeline["ports"]["bootstrap"]
-        status, body = http("GET", f"http://127.0.0.1:{port}/query", key=None, timeout=10)
-        found["bootstrap_query"] = {"status": status, "body": body.decode(errors="replace")[:600]}
-        low, high = pipeline["ports"]["mooncake_rpc"]
         ports = listening_ports()
-        found["mooncake_ports_listening"] = [p for p in ports if low <= p <= high]
+        if "nixl_side_channel" in pipeline["ports"]:
+            # NIXL: each engine's handshake listener at its own planned port, UCX inside its planned slice.
+            side = sorted(pipeline["ports"]["nixl_side_channel"].values())
+            found["nixl_side_channels_listening"] = [p for p in side if p in ports]
+            low, high = pipeline["ports"]["ucx_tcp"]
+            found["ucx_ports_listening"] = [p for p in ports if low <= p <= high]
+            found["ucx_environment"] = {k: v for k, v in pipeline["environment"].items() if k.startswith(("UCX_", "VLLM_NIXL"))}
+            found["nixl_lines"] = [line for line in text.splitlines() if "nixl" in line.lower()][:12]
+        else:
+            port = pipeline["ports"]["bootstrap"]
+            status, body = http("GET", f"http://127.0.0.1:{port}/query", key=None, timeout=10)
+            found["bootstrap_query"] = {"status": status, "body": body.decode(errors="replace")[:600]}
+            low, high = pipeline["ports"]["mooncake_rpc"]
+            found["mooncake_ports_listening"] = [p for p in ports if low <= p <= high]
         found["other_high_ports_listening"] = [p for p in ports if p > 10000 and not low <= p <= high][:20]
     return found
 
@@ -662,7 +672,9 @@ def imports_only(render: Path, sandboxed: bool = False) -> int:
     if sandboxed:  # as the unit's user in its sandbox: permissions and read-only mounts show up here, cheaply
         log(f"sandbox set-up: {prepare_sandbox(plan, pipeline)}")
         wrapper = sandbox_wrapper(render, plan, venv)
-    code = ("import time; t = time.time(); import vllm, vllm_omni, mooncake.engine; "
+    transport = ((plan["backend"].get("kv_connector") or {}).get("transport")) or "mooncake"
+    library = "import torch; from nixl._api import nixl_agent" if transport == "nixl" else "import mooncake.engine"
+    code = (f"import time; t = time.time(); import vllm, vllm_omni; {library}; "
             "from vllm.entrypoints.cli.main import main; import vllm_omni_serve_kv as k; "
             "print('imports ok', vllm.__version__, vllm_omni.__version__, 'connector revision', k.REVISION, "
             "round(time.time() - t, 1), 's')")

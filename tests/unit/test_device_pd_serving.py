@@ -59,6 +59,9 @@ def stand_in_device(tmp: Path, name: str, inventory: str = "pd-text", ports: boo
              "vllm_omni_hf_home": str(roots / "hf")}
     if ports:
         extra.update(vllm_omni_api_port_base=free_port(), vllm_omni_bootstrap_port_base=free_port())
+        if "nixl" in inventory:
+            extra.pop("vllm_omni_bootstrap_port_base")  # NIXL plans none (a warning otherwise)
+            extra["vllm_omni_nixl_side_channel_port_base"] = free_port()
     plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{inventory}.yml",
                                              extra_vars=extra))
     render = tmp / ("render" if inventory == "pd-text" else f"render-{inventory}")
@@ -114,6 +117,26 @@ def test_stock_connector_control_shows_the_engine_dying(rehearsal):
     assert stock["after"]["health"] == 503
     assert any("Missing prefill kv_transfer_params.remote_request_id" in line
                for line in stock["evidence"]["failure_lines"])
+
+
+def test_nixl_render_runs_through_the_same_scenario_and_reports_its_own_ports(tmp_path):
+    """The pd-text-nixl render (vllm_omni_kv_connector: nixl) through the same device script: the stand-in
+    serves, the judge reads the same hand-off lines, and the evidence looks for NIXL's ports, not Mooncake's."""
+    plan, render, env = stand_in_device(tmp_path, "rehearsal-nixl", "pd-text-nixl")
+    pipeline = plan["hosts"]["h200-device"]["pipelines"][0]
+    assert plan["backend"]["kv_connector"]["class"] == "ServeNixlConnector"
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run([sys.executable, str(REPO / "tests" / "device" / "pd_serving.py"), "--out", str(out),
+                          "--ready-timeout", "60", f"nixl={render}"],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    nixl = json.loads((out / "results.json").read_text())["nixl"]
+    assert nixl["evidence"]["requests_through_prefill_and_decode"] == nixl["evidence"]["requests_judged"] == 32
+    assert "bootstrap_query" not in nixl["evidence"] and "mooncake_ports_listening" not in nixl["evidence"]
+    assert nixl["evidence"]["ucx_environment"] == {
+        "UCX_TCP_PORT_RANGE": pipeline["environment"]["UCX_TCP_PORT_RANGE"], "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"}
+    assert isinstance(nixl["evidence"]["nixl_side_channels_listening"], list)
 
 
 def test_excerpt_trims_a_device_run_into_a_fixture(tmp_path):

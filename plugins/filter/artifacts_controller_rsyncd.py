@@ -43,8 +43,8 @@ _value:
   type: str
 """
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _artifacts
 
 
 def artifacts_controller_rsyncd(plan, sources, log_file):

@@ -34,7 +34,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _observability
 
 
 def frontdoor_certificate_metrics(pem):

@@ -36,7 +36,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _tls
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _tls
 
 
 def frontdoor_tls(plan, host):

@@ -9,8 +9,8 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / ".collection")]
 
 from testlib import load_ansible_inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _tls
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _tls
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 plan = build_plan(load_ansible_inventory([REPO / "inventories/lab/hosts.yml", REPO / "tests/lab/demo/hosts.yml"]),
                   discovery_pending=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from testlib import REPO, load_ansible_inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import ENGINE_HOME, build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import ENGINE_HOME, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 
 def free_port() -> int:

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability, _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _observability
 
 DATA = yaml.safe_load((REPO / "data" / "metrics.yml").read_text())
 DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json").read_text())
@@ -177,8 +178,8 @@ def test_rendered_prometheus_config_with_the_front_door_job_passes_promtool(tmp_
         pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
     from unitlib import one_host
 
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _host_files
 
     plan = build_plan(one_host(vllm_omni_monitoring_enabled=True))
     (host,) = plan["monitoring"]["per_host"]

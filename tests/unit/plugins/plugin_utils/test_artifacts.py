@@ -7,10 +7,10 @@ import math
 import pytest
 from unitlib import inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._problems import PlanError
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _artifacts
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 from unitlib import inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _firewall
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _firewall
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 CLIENTS = ["10.77.0.1/32", "fd00:77::/64", "192.168.0.0/16"]
 

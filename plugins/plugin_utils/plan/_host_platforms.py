@@ -15,7 +15,7 @@ Python, glibc and machine.
 
 from __future__ import annotations
 
-from . import _locks, _platforms
+from ..host import _locks, _platforms
 from ._problems import Problems
 
 

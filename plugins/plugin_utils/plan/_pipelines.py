@@ -17,8 +17,9 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import _distributed, _engine_data, _footprint, _locks, _placement, _ports, _stage_config
-from ._engine_data import EngineVersion
+from ..host import _engine_data, _footprint, _locks
+from ..host._engine_data import EngineVersion
+from . import _distributed, _placement, _ports, _stage_config
 
 # Unit names and paths belong to _footprint; kept importable here for older callers.
 SYSTEMD_UNIT_DIR = _footprint.SYSTEMD_UNIT_DIR

@@ -9,7 +9,7 @@ Every check yields ``ok``, ``warn`` or ``fail`` with what was seen and, when not
 
 from __future__ import annotations
 
-from ._platforms import version_tuple
+from ..host._platforms import version_tuple
 
 GIB = 1024 ** 3
 # Free space a venv needs (the engine venv is about 8-9 GB; the simulator's well under 1 GB).

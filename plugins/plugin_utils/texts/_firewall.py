@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 
-from ._footprint import FIREWALL_UNIT
+from ..host._footprint import FIREWALL_UNIT
 
 TABLE = "vllm_omni"
 

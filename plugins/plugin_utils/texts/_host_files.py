@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import re
 
-from . import _footprint, _hardening, _secrets, _yaml
+from ..host import _footprint
+from ..plan import _hardening, _secrets
+from . import _yaml
 
 # Engine units: restart with back-off; a cold model load can exceed 10 minutes.
 ENGINE_RESTART_SEC = 15

@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._problems import Problem, host_where
-from ._tls import cache_root
+from ..host._tls import cache_root
+from ..plan._problems import Problem, host_where
 
 GPU_FACTS = "vllm_omni_gpu_facts"
 OS_FACTS = "vllm_omni_os_facts"

@@ -10,7 +10,7 @@ only install and start what the plan says.
 
 from __future__ import annotations
 
-from . import _engine_data, _footprint, _locks
+from ..host import _engine_data, _footprint, _locks
 
 
 def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:

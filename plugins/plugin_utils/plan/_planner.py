@@ -24,22 +24,9 @@ import gc
 import hashlib
 import json
 
-from . import (
-    _artifacts,
-    _distributed,
-    _engine_data,
-    _firewall,
-    _footprint,
-    _hardening,
-    _host_platforms,
-    _hosts,
-    _locks,
-    _pipelines,
-    _platforms,
-    _ports,
-    _services,
-    _validate,
-)
+from ..host import _engine_data, _footprint, _locks, _platforms
+from ..texts import _artifacts, _firewall
+from . import _distributed, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
 from ._hosts import ENGINE_GROUP, HOSTNAME_PATTERN, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, HostGroups, HostPlan
 from ._pipelines import OWNED_ENV, PIPELINE_DROPIN, SYSTEMD_UNIT_DIR, UPSTREAM_FLAGS, Deployment, mooncake_package
 from ._ports import EPHEMERAL_PORTS, MOONCAKE_PORTS_PER_KV_WORKER

@@ -17,9 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _artifacts, _firewall, _footprint, _host_files, _observability, _yaml
-from ._planner import PIPELINE_DROPIN as DROPIN_FILE
-from ._planner import gc_paused
+from ..host import _footprint
+from ..plan._planner import PIPELINE_DROPIN as DROPIN_FILE
+from ..plan._planner import gc_paused
+from . import _artifacts, _firewall, _host_files, _observability, _yaml
 
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _platforms
+from ..host import _platforms
 
 HOST = "host"
 DEPLOYMENT = "deployment"

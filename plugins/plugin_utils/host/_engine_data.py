@@ -23,7 +23,7 @@ try:
 except AttributeError:  # PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from . import _footprint
-from ._problems import ALL_HOSTS, Problems
+from ..host import _footprint
+from ..plan._problems import ALL_HOSTS, Problems
 
 CONTROLLER = "controller"  # a host's parent when it pulls from the controller itself
 COMMIT = re.compile(r"[0-9a-f]{40}")

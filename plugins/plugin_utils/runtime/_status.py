@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import math
 
-from ._observability import client_ttft, text_stage
+from ..texts._observability import client_ttft, text_stage
 
 # The engines' last minutes, per pipeline, from the deployment's Prometheus (the names of data/metrics.yml, held
 # to it by tests/unit/test_metrics.py), along the path a client's text takes: TTFT as VllmOmniTTFTOverObjective

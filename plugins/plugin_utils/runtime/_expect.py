@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ._stages import MODEL_STAGE
+from ..plan._stages import MODEL_STAGE
 
 # Where vLLM's own connectors live (vLLM 0.26), by class name.
 STOCK_CONNECTOR_MODULES = {

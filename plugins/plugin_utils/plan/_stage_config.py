@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ._engine_data import EngineVersion
+from ..host._engine_data import EngineVersion
 from ._stages import LAYOUT_ROLES, MODEL_STAGE
 
 # vLLM's own connector class per transport (vllm_omni_kv_connector), and where vLLM finds it.

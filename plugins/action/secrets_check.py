@@ -8,9 +8,8 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts, _secrets
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _artifacts
 
 SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
 # The fix of each kind of problem: the setting that resolves it.

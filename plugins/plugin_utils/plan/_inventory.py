@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._planner import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, PlanError, Problem
-from ._problems import merge_hosts
+from ._hosts import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP
+from ._problems import PlanError, Problem, merge_hosts
 from ._settings import COMPUTED_FACTS, SECRET, SETTINGS
 
 # Secrets are never templated here (no vault password needed to plan or render): only their presence.

@@ -25,14 +25,11 @@ import hashlib
 import json
 
 from ..host import _engine_data, _footprint, _locks, _platforms
-from ..texts import _artifacts, _firewall
-from . import _distributed, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
-from ._hosts import ENGINE_GROUP, HOSTNAME_PATTERN, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP, HostGroups, HostPlan
-from ._pipelines import OWNED_ENV, PIPELINE_DROPIN, SYSTEMD_UNIT_DIR, UPSTREAM_FLAGS, Deployment, mooncake_package
-from ._ports import EPHEMERAL_PORTS, MOONCAKE_PORTS_PER_KV_WORKER
-from ._problems import ALL_HOSTS, PlanError, Problem, Problems
-from ._settings import HOST
-from ._stages import MODEL_STAGE, layout_roles
+from . import _artifacts, _distributed, _firewall, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
+from ._hosts import HostGroups, HostPlan
+from ._pipelines import Deployment
+from ._problems import Problems
+from ._stages import layout_roles
 
 PLAN_SCHEMA = 1
 ENGINE_HOME = _footprint.ENGINE_HOME  # importable here for older callers
@@ -362,13 +359,3 @@ def _decode_sampling_warning(deployment: Deployment) -> str:
 
 def stage_roles(layout: str, audio: bool = True) -> tuple[str, ...]:
     return layout_roles(layout, audio)
-
-
-# What other modules import from here. Names the step modules define are re-exported so that
-# ``from ._planner import ...`` keeps working wherever it is written.
-__all__ = [
-    "ALL_HOSTS", "ENGINE_GROUP", "ENGINE_HOME", "EPHEMERAL_PORTS", "HOST", "HOSTNAME_PATTERN", "MASTER_GROUP",
-    "MODEL_STAGE", "MONITORING_GROUP", "MOONCAKE_PORTS_PER_KV_WORKER", "OWNED_ENV", "PIPELINE_DROPIN", "PLAN_SCHEMA",
-    "ROUTER_GROUP", "SYSTEMD_UNIT_DIR", "UPSTREAM_FLAGS", "PlanError", "Problem", "build_plan", "mooncake_package",
-    "stage_roles",
-]

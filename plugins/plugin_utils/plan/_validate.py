@@ -23,7 +23,7 @@ from typing import Any
 
 from ..host import _engine_data, _footprint
 from ..host._engine_data import EngineVersion
-from ..texts import _artifacts
+from . import _artifacts
 from ._hosts import ENGINE_GROUP
 from ._pipelines import OWNED_ENV, Deployment, stage_layout
 from ._problems import ALL_HOSTS, Problems, host_where

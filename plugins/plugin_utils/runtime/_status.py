@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime
 import math
 
-from ..texts._observability import client_ttft, text_stage
+from ..texts._prometheus import client_ttft, text_stage
 
 # The engines' last minutes, per pipeline, from the deployment's Prometheus (the names of data/metrics.yml, held
 # to it by tests/unit/test_metrics.py), along the path a client's text takes: TTFT as VllmOmniTTFTOverObjective
-# counts it (_observability.client_ttft), ITL and tokens of the stage that writes the text.
+# counts it (_prometheus.client_ttft), ITL and tokens of the stage that writes the text.
 WINDOW = "5m"
 _ENGINE = 'job="vllm-omni-engine"'
 

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from ..host import _footprint
-from ..plan._planner import PIPELINE_DROPIN as DROPIN_FILE
+from ..plan import _artifacts
 from ..plan._planner import gc_paused
-from . import _artifacts, _firewall, _host_files, _observability, _yaml
+from . import _host_files, _nftables, _prometheus, _rsyncd, _yaml
 
 STAGE_CONFIG = "stage_config.yaml"
 ENV_FILE = "engine.env"
@@ -125,7 +125,7 @@ def pipeline_files(plan: dict, pipeline: dict, cache: dict | None = None) -> dic
         STAGE_CONFIG: stage_config_text(plan, pipeline, cache),
         ENV_FILE: env_text(pipeline),
         ARGV_FILE: argv_text(pipeline),
-        DROPIN_FILE: dropin_text(pipeline),
+        _footprint.PIPELINE_DROPIN: dropin_text(pipeline),
     }
 
 
@@ -187,7 +187,7 @@ def render_tree(plan: dict) -> dict[str, str]:
 def _render_tree(plan: dict) -> dict[str, str]:
     tree = {PLAN_FILE: plan_json(plan)}
     targets_dir = plan["monitoring"].get("targets_dir", _footprint.PROMETHEUS_TARGETS_DIR)
-    for path, text in _observability.prometheus_files(plan, targets_dir).items():
+    for path, text in _prometheus.prometheus_files(plan, targets_dir).items():
         tree[f"prometheus/{path}"] = text
     cache: dict = {}
     for host in plan.get("footprint", {}):
@@ -265,18 +265,18 @@ def write_tree(tree: dict[str, str], dest: str, check_mode: bool = False) -> dic
 
 def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
     """The text of render entry ``key`` (one of ``plan["footprint"][host]["files"]``)."""
-    if key == _firewall.RENDER_PEERS_FILE:
+    if key == _nftables.RENDER_PEERS_FILE:
         if key not in cache:
-            cache[key] = _firewall.peers_text(plan)
+            cache[key] = _nftables.peers_text(plan)
         return cache[key]
     if key.startswith("prometheus/targets/") or key == "prometheus/rules.yml":
         if "prometheus" not in cache:
-            cache["prometheus"] = _observability.prometheus_files(plan, plan["monitoring"]["targets_dir"])
+            cache["prometheus"] = _prometheus.prometheus_files(plan, plan["monitoring"]["targets_dir"])
         return cache["prometheus"][key.removeprefix("prometheus/")]
     local = key.removeprefix(f"{host}/")
     kind, _sep, name = local.partition("/")
-    if local == _firewall.RENDER_RULESET_FILE:
-        return _firewall.ruleset_text(plan, host)
+    if local == _nftables.RENDER_RULESET_FILE:
+        return _nftables.ruleset_text(plan, host)
     if kind == "systemd" and name.startswith("nftables.service.d/"):
         return _host_files.nftables_dropin(plan)
     if kind == "systemd":
@@ -286,13 +286,13 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
     if kind == "router":
         return _host_files.router_shape_text(plan, host)
     if kind == "artifacts":
-        return _artifacts.host_rsyncd_text(plan, host)
+        return _rsyncd.host_rsyncd_text(plan, host)
     if kind == "frontdoor":
         return _host_files.frontdoor_config(plan, host)
     if kind == "prometheus":
         if name == "prometheus.yml":
             return _host_files.prometheus_config(
-                plan, host, _observability.scrape_configs(plan, plan["monitoring"]["targets_dir"]))
+                plan, host, _prometheus.scrape_configs(plan, plan["monitoring"]["targets_dir"]))
         return _host_files.prometheus_defaults(plan, host)
     pipeline = next(p for p in plan["hosts"][host]["pipelines"] if p["name"] == kind)
     return pipeline_files(plan, pipeline, cache.setdefault("documents", {}))[name]

@@ -7,7 +7,8 @@ import json
 import pytest
 from unitlib import in_fresh_interpreters, inventory, one_host, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
 
 def pipelines(plan, host="gpu-a"):

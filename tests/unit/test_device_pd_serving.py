@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from testlib import REPO, load_ansible_inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._footprint import ENGINE_HOME
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._names import ENGINE_HOME
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..host import _footprint
+from ..host import _names
 from ..plan._problems import ALL_HOSTS, Problems
 
 CONTROLLER = "controller"  # a host's parent when it pulls from the controller itself
@@ -95,7 +95,7 @@ def _wheel_artifacts(plan: dict) -> list[dict]:
             lock, uv_lock = locks[lock_name], locks[plan["installer"]["uv_lock"]]
             set_id = wheel_set_id(lock, uv_lock)
             entry = wanted.setdefault(set_id, {"id": set_id, "kind": "wheels", "platform": platform, "lock": lock,
-                                               "uv_lock": uv_lock, "host_dir": f"{_footprint.HOST_WHEELHOUSE}/{set_id}",
+                                               "uv_lock": uv_lock, "host_dir": f"{_names.HOST_WHEELHOUSE}/{set_id}",
                                                "hosts": []})
             entry["hosts"].append(host)
 
@@ -160,9 +160,9 @@ def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
         # The wheel set each venv installs from, on its hosts (python_venv_wheel_dir): platform -> lock -> dir.
         "wheel_sets": _wheel_sets(items),
         "controller_address": settings["vllm_omni_artifact_controller_address"],
-        "unit": _footprint.ARTIFACT_UNIT,
-        "config_file": _footprint.ARTIFACT_CONFIG,
-        "manifest_dir": _footprint.ARTIFACT_MANIFEST_DIR,
+        "unit": _names.ARTIFACT_UNIT,
+        "config_file": _names.ARTIFACT_CONFIG,
+        "manifest_dir": _names.ARTIFACT_MANIFEST_DIR,
         "rounds": rounds,
         "items": items,
         "controller_children": controller_children,

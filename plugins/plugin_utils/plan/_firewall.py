@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..host._footprint import FIREWALL_UNIT
+from ..host._names import FIREWALL_UNIT, PEERS_FILE, RULESET_FILE
 
 TABLE = "vllm_omni"
 
@@ -46,10 +46,6 @@ def _ports(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
-# Not under the config root: that directory belongs to the engine user's group (0750).
-RULESET_FILE = "/etc/nftables.d/vllm-omni.nft"
-# The deployment's peer set, the same on every host; each RULESET_FILE includes it.
-PEERS_FILE = "/etc/nftables.d/vllm-omni-peers.nft"
 
 
 def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict[str, str | None],

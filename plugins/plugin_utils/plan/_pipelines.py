@@ -17,13 +17,9 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..host import _engine_data, _footprint, _locks
+from ..host import _engine_data, _locks, _names
 from ..host._engine_data import EngineVersion
 from . import _distributed, _placement, _ports, _stage_config
-
-# Unit names and paths belong to _footprint; kept importable here for older callers.
-SYSTEMD_UNIT_DIR = _footprint.SYSTEMD_UNIT_DIR
-PIPELINE_DROPIN = _footprint.PIPELINE_DROPIN
 
 # What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
 OWNED_ENV = frozenset({
@@ -297,7 +293,7 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
     if settings["vllm_omni_engine_backend"] == "simulator":
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": _locks.simulator_packages(),
-                "lock": _locks.simulator_lock(), "venv": f"{root}/venvs/xpyd-sim-{version}",
+                "lock": _locks.simulator_lock(), "venv": _names.venv_dir(root, f"xpyd-sim-{version}"),
                 "stand_in": True, "kv_connector": None}
     transport = settings["vllm_omni_kv_connector"] if settings["vllm_omni_layout"] == "pd" else None
     kv_connector = engine.kv_connector(transport) if transport else None
@@ -308,7 +304,7 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         kv_connector["transport"] = transport
     return {"name": "engine", "packages": _locks.engine_packages(engine, transport),
             "lock": _locks.engine_lock(engine, transport),
-            "venv": f"{root}/venvs/vllm-omni-{engine.version}", "stand_in": False, "kv_connector": kv_connector}
+            "venv": _names.venv_dir(root, f"vllm-omni-{engine.version}"), "stand_in": False, "kv_connector": kv_connector}
 
 
 def mooncake_package(cuda_major: int | None) -> str:
@@ -316,19 +312,6 @@ def mooncake_package(cuda_major: int | None) -> str:
     variants = _engine_data.companions()["mooncake"]
     variant = variants["none" if cuda_major is None else f"cuda{cuda_major}"]
     return f"{variant['package']}=={variant['version']}"
-
-
-def _pipeline_paths(settings: dict, name: str, venv: str) -> dict[str, str]:
-    config_dir = f"{settings['vllm_omni_config_root']}/{name}"
-    return {
-        "config_dir": config_dir,
-        "stage_config": f"{config_dir}/stage_config.yaml",
-        "env_file": f"{config_dir}/engine.env",
-        # The files a rolling upgrade replaces, kept here until the new ones serve (roles/upgrade).
-        "previous_dir": f"{config_dir}/.previous",
-        "unit_dropin": _footprint.dropin_path(_footprint.pipeline_unit(name)),
-        "venv": venv,
-    }
 
 
 @dataclass(frozen=True)
@@ -439,7 +422,7 @@ class PipelineBuilder:
     def _process_entry(self, item: _Placed, context: _DistributedContext) -> dict:
         deployment, settings = self.deployment, self.deployment.settings
         engine, ports, ip = item.engine, item.ports, item.ip
-        paths = _pipeline_paths(settings, item.process, self.backend["venv"])
+        paths = _names.pipeline_paths(settings["vllm_omni_config_root"], item.process, self.backend["venv"])
         prefill = item if engine.role == "prefill" else context.first["prefill"]
         stage_id = _distributed.ROLES.index(engine.role)
         entry = {
@@ -453,7 +436,7 @@ class PipelineBuilder:
             "replica": engine.replica,
             "host": engine.host,
             "index": item.index,
-            "unit": _footprint.pipeline_unit(item.process),
+            "unit": _names.pipeline_unit(item.process),
             "gpus": list(engine.gpus),
             "stages": self._distributed_stages(item, context.first),
             "ports": ports,
@@ -493,7 +476,7 @@ class PipelineBuilder:
         name = f"{settings['vllm_omni_pipeline_prefix']}{index}"
         pipeline_gpus = placement["gpus"]
         ports = _ports.pipeline_ports(settings, index)
-        paths = _pipeline_paths(settings, name, self.backend["venv"])
+        paths = _names.pipeline_paths(settings["vllm_omni_config_root"], name, self.backend["venv"])
         stages = stage_layout(deployment, host, name)
         for stage in stages:
             stage["physical_gpus"] = [pipeline_gpus[int(d)] for d in stage["devices"].split(",")]
@@ -504,7 +487,7 @@ class PipelineBuilder:
             "process": "single",  # every stage in this one process (distributed pipelines: head, headless)
             "host": host,
             "index": index,
-            "unit": _footprint.pipeline_unit(name),
+            "unit": _names.pipeline_unit(name),
             "gpus": pipeline_gpus,
             "stages": stages,
             "ports": ports,

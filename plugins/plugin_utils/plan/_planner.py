@@ -24,7 +24,7 @@ import gc
 import hashlib
 import json
 
-from ..host import _engine_data, _footprint, _locks, _platforms
+from ..host import _engine_data, _footprint, _locks, _names, _platforms
 from . import _artifacts, _distributed, _firewall, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
 from ._hosts import HostGroups, HostPlan
 from ._pipelines import Deployment
@@ -32,7 +32,6 @@ from ._problems import Problems
 from ._stages import layout_roles
 
 PLAN_SCHEMA = 1
-ENGINE_HOME = _footprint.ENGINE_HOME  # importable here for older callers
 
 
 class gc_paused:
@@ -146,7 +145,7 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
         "schema": PLAN_SCHEMA,
         "deployment_id": deployment_id(engine_hosts, ips),
         "layout": deployment.layout,
-        "paths": _footprint.fixed_paths(settings),
+        "paths": _names.fixed_paths(settings),
         # uv installs every venv on the hosts; each venv's wheels are locked and hash-checked (data/locks/).
         # Each venv's lock is named here; the file for a host is the plan's locks[<its platform>][<name>].
         "installer": {"uv": _engine_data.companions()["uv"], "uv_lock": _locks.uv_lock()},

@@ -10,7 +10,7 @@ only install and start what the plan says.
 
 from __future__ import annotations
 
-from ..host import _engine_data, _footprint, _locks
+from ..host import _engine_data, _locks, _names
 
 
 def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
@@ -52,19 +52,19 @@ def frontdoor_plan(settings: dict) -> dict:
     return {
         "enabled": enabled,
         "package": "nginx",
-        "service": _footprint.FRONTDOOR_UNIT,
-        "config": _footprint.FRONTDOOR_CONFIG,
+        "service": _names.FRONTDOOR_UNIT,
+        "config": _names.FRONTDOOR_CONFIG,
         # Debian's package enables a welcome page on port 80; the role takes that link away (see its README).
-        "distribution_site": _footprint.NGINX_DEFAULT_SITE,
-        "directory": _footprint.FRONTDOOR_DIR,
-        "api_keys": _footprint.FRONTDOOR_API_KEYS if settings["vllm_omni_api_key_required"] else None,
-        "certificate": _footprint.FRONTDOOR_CERT,
-        "certificate_key": _footprint.FRONTDOOR_CERT_KEY,
-        "ca": _footprint.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
+        "distribution_site": _names.NGINX_DEFAULT_SITE,
+        "directory": _names.FRONTDOOR_DIR,
+        "api_keys": _names.FRONTDOOR_API_KEYS if settings["vllm_omni_api_key_required"] else None,
+        "certificate": _names.FRONTDOOR_CERT,
+        "certificate_key": _names.FRONTDOOR_CERT_KEY,
+        "ca": _names.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
         # The certificate's notAfter (Unix time), written by the frontdoor role from the certificate it installed and
         # served at the door's /metrics (no key: public, as the certificate itself is) for Prometheus' expiry alert.
-        "metrics": _footprint.FRONTDOOR_METRICS,
-        "access_log": _footprint.FRONTDOOR_ACCESS_LOG,
+        "metrics": _names.FRONTDOOR_METRICS,
+        "access_log": _names.FRONTDOOR_ACCESS_LOG,
         # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
         "tls": {"source": "provided" if provided else "generated", "cert_file": settings["vllm_omni_tls_cert_file"],
                 "key_file": settings["vllm_omni_tls_key_file"], "ca_file": ca_file} if enabled else None,
@@ -73,7 +73,7 @@ def frontdoor_plan(settings: dict) -> dict:
 
 def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
     version = _engine_data.companions()["vllm_router"]
-    venv = f"{settings['vllm_omni_install_root']}/venvs/vllm-router-{version}"
+    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"vllm-router-{version}")
     port, metrics = settings["vllm_omni_router_port"], settings["vllm_omni_router_metrics_port"]
     frontdoor = frontdoor_plan(settings)
     backend = settings["vllm_omni_router_backend_port"]
@@ -96,8 +96,8 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     return {
         "hosts": sorted(hosts),
         "defaulted": defaulted,
-        "unit": _footprint.ROUTER_UNIT,
-        "shape_file": _footprint.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
+        "unit": _names.ROUTER_UNIT,
+        "shape_file": _names.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
         "package": f"vllm-router=={version}",
         "lock": _locks.router_lock(),  # per platform: the plan's locks[platform][name]
         "venv": venv,
@@ -113,14 +113,14 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     }
 
 
-MASTER_UNIT = _footprint.MASTER_UNIT
+MASTER_UNIT = _names.MASTER_UNIT
 
 
 def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
     if not settings["vllm_omni_mooncake_master_enabled"]:
         return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
     variant = _engine_data.companions()["mooncake"]["none"]  # the master needs no GPU
-    venv = f"{settings['vllm_omni_install_root']}/venvs/mooncake-master-{variant['version']}"
+    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"mooncake-master-{variant['version']}")
     rpc, http = settings["vllm_omni_mooncake_master_rpc_port"], settings["vllm_omni_mooncake_master_metrics_port"]
     per_host = {}
     for host in sorted(hosts):
@@ -166,8 +166,8 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
         "hosts": sorted(hosts),
         "defaulted": defaulted,
         "port": port,
-        "unit": _footprint.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
-        "targets_dir": _footprint.PROMETHEUS_TARGETS_DIR,
+        "unit": _names.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
+        "targets_dir": _names.PROMETHEUS_TARGETS_DIR,
         "target_files": [f"{stem}.json" for stem in stems],
         "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",
                             "listen_address": f"{ips[host]}:{port}"} for host in sorted(hosts)},

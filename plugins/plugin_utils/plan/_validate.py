@@ -21,7 +21,7 @@ import ipaddress
 import re
 from typing import Any
 
-from ..host import _engine_data, _footprint
+from ..host import _engine_data, _names
 from ..host._engine_data import EngineVersion
 from . import _artifacts
 from ._hosts import ENGINE_GROUP
@@ -232,9 +232,9 @@ def check_roots(settings: dict, problems: Problems) -> None:
     uninstall, which keeps it; a root holding a service home would take that home along.
     """
     roots = {name: settings[name] for name in ("vllm_omni_install_root", "vllm_omni_config_root", "vllm_omni_hf_home")}
-    owned = {"the engine user's home": _footprint.ENGINE_HOME, "the router user's home": _footprint.ROUTER_ACCOUNT[2],
-             "the Mooncake master user's home": _footprint.MASTER_ACCOUNT[2],
-             "the collection's state directory": _footprint.STATE_DIR}
+    owned = {"the engine user's home": _names.ENGINE_HOME, "the router user's home": _names.ROUTER_ACCOUNT[2],
+             "the Mooncake master user's home": _names.MASTER_ACCOUNT[2],
+             "the collection's state directory": _names.STATE_DIR}
     names = list(roots)
     for i, first in enumerate(names):
         for second in names[i + 1:]:
@@ -348,7 +348,7 @@ _WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/user", "/home", "/root"
 
 def _writable_place(value: str, settings: dict) -> str | None:
     """The first place a search-path value names that the engine user (or anyone) writes, or the unit hides."""
-    owned = {_footprint.ENGINE_HOME: "the engine user's home", settings["vllm_omni_hf_home"]: "the model cache "
+    owned = {_names.ENGINE_HOME: "the engine user's home", settings["vllm_omni_hf_home"]: "the model cache "
              "(vllm_omni_hf_home), which the engine user writes"}
     for part in re.split(r"[: ]+", value):
         if not part:

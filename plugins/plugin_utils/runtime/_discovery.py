@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..host._tls import cache_root
+from ..host._names import cache_root
 from ..plan._problems import Problem, host_where
 
 GPU_FACTS = "vllm_omni_gpu_facts"

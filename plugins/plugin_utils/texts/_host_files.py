@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..host import _footprint
+from ..host import _names
 from ..plan import _hardening, _secrets
 from . import _yaml
 
@@ -75,7 +75,7 @@ def _network_online(plan: dict | None = None) -> list[str]:
     table cannot load, the service does not start, and stopping the firewall stops the service)."""
     lines = ["After=network-online.target", "Wants=network-online.target"]
     if plan is not None and plan["firewall"]["enabled"]:
-        unit = _footprint.FIREWALL_UNIT
+        unit = _names.FIREWALL_UNIT
         lines += [f"# Never serve unfiltered: no {unit}, no service.", f"Requires={unit}", f"After={unit}"]
     return lines
 
@@ -93,13 +93,13 @@ def _driver_modules(plan: dict) -> list[str]:
 
 
 def engine_template_unit(plan: dict) -> str:
-    user, group, home = _footprint.ENGINE_ACCOUNT
+    user, group, home = _names.ENGINE_ACCOUNT
     interval, burst = ENGINE_START_LIMIT
     init_timeout = plan["settings"]["vllm_omni_init_timeout"]["value"]
     return _unit(
         [f"{plan['paths']['engine_unit_template']}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
          "One instance per pipeline: vllm-omni@<pipeline>.service. Each instance's drop-in",
-         f"vllm-omni@<pipeline>.service.d/{_footprint.PIPELINE_DROPIN} holds its EnvironmentFile and exact ExecStart;",
+         f"vllm-omni@<pipeline>.service.d/{_names.PIPELINE_DROPIN} holds its EnvironmentFile and exact ExecStart;",
          "`systemctl cat vllm-omni@<pipeline>` shows both."],
         ["Description=vLLM-Omni pipeline %i (vllm_omni.serve)", f"Documentation={DOCUMENTATION}",
          *_network_online(plan), *_driver_modules(plan), f"StartLimitIntervalSec={interval}",
@@ -117,9 +117,9 @@ def engine_template_unit(plan: dict) -> str:
 
 
 def router_unit(plan: dict, host: str) -> str:
-    user, group, _unused = _footprint.ROUTER_ACCOUNT
+    user, group, _unused = _names.ROUTER_ACCOUNT
     return _unit(
-        [f"{_footprint.unit_path(_footprint.ROUTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
+        [f"{_names.unit_path(_names.ROUTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
          "vllm-router in front of every pipeline of the plan. Clients authenticate with the API key the",
          "pipelines enforce (vllm-router forwards the Authorization header; its own --api-key is only",
          "used towards workers, so it is not set here)."],
@@ -243,9 +243,9 @@ def frontdoor_config(plan: dict, host: str) -> str:
 
 
 def master_unit(plan: dict, host: str) -> str:
-    user, group, _unused = _footprint.MASTER_ACCOUNT
+    user, group, _unused = _names.MASTER_ACCOUNT
     return _unit(
-        [f"{_footprint.unit_path(_footprint.MASTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
+        [f"{_names.unit_path(_names.MASTER_UNIT)}: rendered by vllm_omni.serve from the plan.",
          "mooncake_master for Mooncake store connectors, bound to this host's address. The embedded HTTP",
          "metadata server stays off: it ignores --http_metadata_server_host and binds every interface."],
         ["Description=Mooncake master (vllm_omni.serve)", *_network_online(plan)],
@@ -259,11 +259,11 @@ def firewall_unit(plan: dict) -> str:
     firewall = plan["firewall"]
     nft_load = f"/usr/sbin/nft -f {firewall['ruleset_file']}"
     return _unit(
-        [f"{_footprint.unit_path(_footprint.FIREWALL_UNIT)}: rendered by vllm_omni.serve from the plan.",
+        [f"{_names.unit_path(_names.FIREWALL_UNIT)}: rendered by vllm_omni.serve from the plan.",
          f"Loads {firewall['ruleset_file']} (table inet {firewall['table']}, which includes {firewall['peers_file']}).",
          "Stopping it deletes that table only, and stops the services that require it (fail closed).",
          "nftables.service's reload flushes the whole ruleset: ReloadPropagatedFrom loads ours again after it;",
-         f"its start and stop are followed by the same load ({_footprint.NFTABLES_DROPIN})."],
+         f"its start and stop are followed by the same load ({_names.NFTABLES_DROPIN})."],
         [f"Description=vLLM-Omni firewall (nftables table inet {firewall['table']}; vllm_omni.serve)",
          "After=nftables.service", "ReloadPropagatedFrom=nftables.service", "Before=network-online.target"],
         ["Type=oneshot", "RemainAfterExit=yes", f"ExecStart={nft_load}", f"ExecReload={nft_load}",
@@ -275,14 +275,14 @@ def nftables_dropin(plan: dict) -> str:
     """nftables.service's start and stop run `flush ruleset`: our table goes with it. Load it right back."""
     nft_load = f"-/usr/sbin/nft -f {plan['firewall']['ruleset_file']}"
     return "\n".join([
-        f"# {_footprint.NFTABLES_DROPIN}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
+        f"# {_names.NFTABLES_DROPIN}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
         "# nftables.service flushes the whole ruleset when it starts and when it stops; the engines keep",
         f"# listening, so table inet {plan['firewall']['table']} is loaded again right after either.",
         "[Service]", f"ExecStartPost={nft_load}", f"ExecStopPost={nft_load}", ""])
 
 
 def sysctl_text(plan: dict, host: str) -> str:
-    lines = [f"# {_footprint.MOONCAKE_SYSCTL}: rendered by vllm_omni.serve from the plan (Mooncake kernel settings).",
+    lines = [f"# {_names.MOONCAKE_SYSCTL}: rendered by vllm_omni.serve from the plan (Mooncake kernel settings).",
              "# Large transfer-engine registrations map many regions.",
              f"vm.max_map_count = {VM_MAX_MAP_COUNT}",
              "# Every port the plan puts on this host, kept out of the ephemeral range so an outgoing",
@@ -298,14 +298,14 @@ def prometheus_config(plan: dict, host: str, scrape_configs: list[dict]) -> str:
     document = {
         "global": {"scrape_interval": PROMETHEUS_SCRAPE_INTERVAL, "evaluation_interval": PROMETHEUS_SCRAPE_INTERVAL,
                    "external_labels": {"deployment": "vllm-omni"}},
-        "rule_files": [_footprint.PROMETHEUS_RULES],
+        "rule_files": [_names.PROMETHEUS_RULES],
         "scrape_configs": [*scrape_configs, {"job_name": "prometheus", "static_configs": [{"targets": [listen]}]}],
     }
-    return (f"# {_footprint.PROMETHEUS_CONFIG}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"
+    return (f"# {_names.PROMETHEUS_CONFIG}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"
             + _yaml.dump(document))
 
 
 def prometheus_defaults(plan: dict, host: str) -> str:
     listen = plan["monitoring"]["per_host"][host]["listen_address"]
-    return (f"# {_footprint.PROMETHEUS_DEFAULTS}: rendered by vllm_omni.serve from the plan (the packaged unit's ARGS).\n"
+    return (f"# {_names.PROMETHEUS_DEFAULTS}: rendered by vllm_omni.serve from the plan (the packaged unit's ARGS).\n"
             f'ARGS="--web.listen-address={listen} --storage.tsdb.retention.time={PROMETHEUS_RETENTION}"\n')

@@ -17,13 +17,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..host import _footprint
+from ..host import _names
 from ..plan import _artifacts
 from ..plan._planner import gc_paused
 from . import _host_files, _nftables, _prometheus, _rsyncd, _yaml
 
-STAGE_CONFIG = "stage_config.yaml"
-ENV_FILE = "engine.env"
 ARGV_FILE = "argv"
 PLAN_FILE = "plan.json"
 
@@ -122,10 +120,10 @@ def dropin_text(pipeline: dict) -> str:
 def pipeline_files(plan: dict, pipeline: dict, cache: dict | None = None) -> dict[str, str]:
     """{file name: text} of one pipeline: what the engine role installs, and render.yml writes."""
     return {
-        STAGE_CONFIG: stage_config_text(plan, pipeline, cache),
-        ENV_FILE: env_text(pipeline),
+        _names.STAGE_CONFIG_FILE: stage_config_text(plan, pipeline, cache),
+        _names.ENV_FILE: env_text(pipeline),
         ARGV_FILE: argv_text(pipeline),
-        _footprint.PIPELINE_DROPIN: dropin_text(pipeline),
+        _names.PIPELINE_DROPIN: dropin_text(pipeline),
     }
 
 
@@ -186,7 +184,7 @@ def render_tree(plan: dict) -> dict[str, str]:
 
 def _render_tree(plan: dict) -> dict[str, str]:
     tree = {PLAN_FILE: plan_json(plan)}
-    targets_dir = plan["monitoring"].get("targets_dir", _footprint.PROMETHEUS_TARGETS_DIR)
+    targets_dir = plan["monitoring"].get("targets_dir", _names.PROMETHEUS_TARGETS_DIR)
     for path, text in _prometheus.prometheus_files(plan, targets_dir).items():
         tree[f"prometheus/{path}"] = text
     cache: dict = {}
@@ -299,13 +297,13 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
 
 
 def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
-    if unit == _footprint.ENGINE_UNIT_TEMPLATE:
+    if unit == _names.ENGINE_UNIT_TEMPLATE:
         if unit not in cache:  # the same on every engine host
             cache[unit] = _host_files.engine_template_unit(plan)
         return cache[unit]
-    if unit == _footprint.ROUTER_UNIT:
+    if unit == _names.ROUTER_UNIT:
         return _host_files.router_unit(plan, host)
-    if unit == _footprint.MASTER_UNIT:
+    if unit == _names.MASTER_UNIT:
         return _host_files.master_unit(plan, host)
     if unit not in cache:
         cache[unit] = _host_files.firewall_unit(plan)

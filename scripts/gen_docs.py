@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collection"))
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data, _locks, _platforms
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _settings, _stages
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _checkers, _settings, _stages
 
 BEGIN, END = "<!-- BEGIN GENERATED: {} -->", "<!-- END GENERATED: {} -->"
 
 
-def _default(setting: _settings.Setting) -> str:
+def _default(setting: _checkers.Setting) -> str:
     if setting.default_doc:
         return setting.default_doc
     return f"`{json.dumps(setting.default)}`"

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 from ..host import _names
+from ._checkers import show
+from ._path_checks import inside
 from ._pipelines import OWNED_ENV
 from ._problems import ALL_HOSTS, Problems
-from ._settings import inside, show
 
 # Environment names that hold secrets: the secrets block of engine.env has its own (API key, HF token),
 # and anything else secret-like would sit in a 0644 drop-in, plan.json and the render directory.

@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass
 
 from . import _ports
+from ._checkers import SettingError, show
 from ._pipelines import Deployment
 from ._problems import Problems, host_where
-from ._settings import BY_NAME, SettingError, show
+from ._settings import BY_NAME
 
 ENGINE_GROUP = "vllm_omni"
 ROUTER_GROUP = "vllm_omni_router"

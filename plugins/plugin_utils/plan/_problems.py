@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._settings import SettingError
+from ._checkers import SettingError
 
 # Where a deployment-wide setting's problem is: it is one value for every host.
 ALL_HOSTS = "all hosts (group_vars)"

@@ -18,15 +18,26 @@ Scopes:
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
 from ..host import _platforms
+from ._checkers import (
+    Setting,
+    check_bool,
+    check_choice,
+    check_cidr_list,
+    check_env,
+    check_float,
+    check_gpu_list,
+    check_int,
+    check_ipv4,
+    check_mapping,
+    check_max_unavailable,
+    check_pipelines_per_host,
+    check_port_range,
+    check_str,
+    check_string_list,
+    check_tp,
+)
+from ._path_checks import check_abs_path, check_controller_dir, check_controller_file, check_model
 
 HOST = "host"
 DEPLOYMENT = "deployment"
@@ -42,391 +53,9 @@ COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts", "vllm_omni_
 REMOVED_SETTINGS: dict[str, str] = {}
 
 
-class SettingError(ValueError):
-    """A value is wrong. ``problem`` says what is wrong, ``fix`` what to write instead."""
-
-    def __init__(self, problem: str, fix: str = ""):
-        super().__init__(problem)
-        self.problem = problem
-        self.fix = fix
-
-
-def show(value: Any) -> str:
-    """A value as the user would write it (JSON-ish), short."""
-    try:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, dict):
-        return "mapping"
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
-def _cli_hint(name: str, example: Any) -> str:
-    return (
-        f"write it without quotes in YAML; on the command line pass JSON: "
-        f"-e '{json.dumps({name: example})}'"
-    )
-
-
-# --- value checkers: each returns the normalized value or raises SettingError ---------------
-
-
-def check_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
-    example = low if low is not None else 1
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, int(value)))
-        raise SettingError(f"must be an integer, got {type_name(value)} {show(value)}",
-                           f"write a whole number, e.g. {name}: {example}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise SettingError(f"is {value}, must be {bounds}", f"choose a value {bounds}")
-    return value
-
-
-def check_float(value: Any, name: str, low: float, high: float, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                pass
-            else:
-                raise SettingError(f"is a string ({show(value)}), not a number", _cli_hint(name, float(value)))
-        raise SettingError(f"must be a number, got {type_name(value)} {show(value)}",
-                           f"write a number between {low} and {high}")
-    try:
-        value = float(value)
-    except OverflowError:
-        raise SettingError(f"is {show(value)}, far outside [{low}, {high}]", f"choose a number in [{low}, {high}]") from None
-    if math.isnan(value) or (value <= low if low_open else value < low) or value > high:
-        bracket = "(" if low_open else "["
-        raise SettingError(f"is {value}, must be in {bracket}{low}, {high}]", f"choose a number in {bracket}{low}, {high}]")
-    return value
-
-
-def check_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("yes", "no", "true", "false", "on", "off", "1", "0"):
-        raise SettingError(f"is the string {show(value)}, not a boolean",
-                           f"write true or false without quotes; on the command line: "
-                           f"-e '{json.dumps({name: True})}'")
-    raise SettingError(f"must be true or false, got {type_name(value)} {show(value)}", "write true or false")
-
-
-def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise SettingError(f"is {show(value)}, must be one of {', '.join(choices)}",
-                           f"set {name} to one of: {', '.join(choices)}")
-    return value
-
-
-def check_str(value: Any, name: str, pattern: str, what: str, example: str) -> str:
-    if not isinstance(value, str):
-        raise SettingError(f"must be a string ({what}), got {type_name(value)} {show(value)}",
-                           f'write it as a quoted string, e.g. {name}: "{example}"')
-    if not re.fullmatch(pattern, value):
-        raise SettingError(f"{show(value)} is not {what}",
-                           f'use only the characters allowed for {what}, e.g. "{example}"')
-    return value
-
-
-def check_ipv4(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise SettingError(f"must be an IPv4 address string, got {type_name(value)} {show(value)}",
-                           f'write it as a quoted address, e.g. {name}: "10.0.0.11"')
-    try:
-        address = ipaddress.ip_address(value.strip())
-    except ValueError:
-        raise SettingError(f"{show(value)} is not an IP address",
-                           f"set {name} to the IPv4 address the other hosts reach this host on") from None
-    if address.version == 6:
-        raise SettingError(f"{show(value)} is an IPv6 address; the engine's KV transfer (Mooncake) "
-                           "and bootstrap URLs are built for IPv4 here",
-                           f"set {name} to this host's IPv4 address")
-    if address.is_unspecified or address.is_multicast or str(address) == "255.255.255.255":
-        raise SettingError(f"{show(value)} cannot be a peer address (unspecified, multicast or broadcast)",
-                           f"set {name} to the IPv4 address the other hosts reach this host on")
-    return str(address)
-
-
-def check_gpu_list(value: Any, name: str) -> list[int]:
-    if isinstance(value, str):
-        raise SettingError(f"is a string ({show(value)}), not a list of GPU indices",
-                           f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
-    if not isinstance(value, (list, tuple)):
-        raise SettingError(f"must be a list of GPU indices, got {type_name(value)} {show(value)}",
-                           f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
-    if not value:
-        raise SettingError("is an empty list", "list the physical GPU indices (nvidia-smi order) to use")
-    seen: set[int] = set()
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise SettingError(f"holds {show(item)} ({type_name(item)}); GPU indices are whole numbers",
-                               f"write a YAML list of numbers, e.g. {name}: [0, 1, 2, 3]")
-        if item < 0 or item > 1023:
-            raise SettingError(f"holds {item}; GPU indices run from 0 (as nvidia-smi numbers them)",
-                               "list the indices nvidia-smi shows on this host")
-        if item in seen:
-            raise SettingError(f"lists GPU {item} twice", "list every GPU once")
-        seen.add(item)
-    return sorted(seen)
-
-
-def check_port_range(value: Any, name: str) -> list[int]:
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise SettingError(f"must be a list of two ports [first, last], got {show(value)}",
-                           f"write e.g. {name}: [16000, 16999]")
-    low = check_int(value[0], name, 1024, 65535)
-    high = check_int(value[1], name, 1024, 65535)
-    if low >= high:
-        raise SettingError(f"first port {low} is not below last port {high}", f"write e.g. {name}: [16000, 16999]")
-    return [low, high]
-
-
-def check_pipelines_per_host(value: Any, name: str) -> int | str:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, str) and not value.strip().isdigit():
-        raise SettingError(f"is {show(value)}, must be auto or a whole number", f"write {name}: auto, or e.g. {name}: 2")
-    return check_int(value, name, 1, 64)
-
-
-# Directories the system owns: a root may sit one level under those that hold add-on software
-# (/opt/vllm-omni, /etc/vllm-omni, /srv/models) but never be one of them.
-_TMP, _VAR_TMP = "/" + "tmp", "/var/" + "tmp"  # names compared with, never written to
-SYSTEM_DIRECTORIES = frozenset((
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
-    "/root", "/run", "/sbin", "/srv", "/sys", _TMP, "/usr", "/usr/local", "/var", "/var/cache", "/var/lib",
-    "/var/log", "/var/opt", "/var/spool", _VAR_TMP,
-))
-# Trees nothing of ours may live in: the OS's programs and libraries (root would run what the engine
-# user could replace), world-writable places (anyone could plant a directory first), the package
-# manager's and systemd's own state, other users' homes.
-PROTECTED_TREES = ("/bin", "/boot", "/dev", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", _TMP,
-                   "/usr", _VAR_TMP, "/home", "/root", "/etc/systemd", "/etc/ssh", "/etc/sudoers.d", "/etc/pam.d",
-                   "/etc/cron.d", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/log", "/var/spool")
-ALLOWED_UNDER_PROTECTED = ("/usr/local/",)
-PATH_MAX = 255
-
-
-def inside(path: str, tree: str) -> bool:
-    """``path`` is ``tree`` or below it (whole components only: /opt/vllm is not inside /opt/vl)."""
-    return path == tree or path.startswith(tree.rstrip("/") + "/")
-
-
-def check_max_unavailable(value: Any, name: str) -> int | str:
-    """A count of pipelines (at least 1) or a share of the serving ones, ``"25%"`` (1-100)."""
-    if isinstance(value, str):
-        if re.fullmatch(r"([1-9][0-9]?|100)%", value.strip()):
-            return value.strip()
-        raise SettingError(f"is {show(value)}, neither a count nor a percentage",
-                           f'write a whole number of pipelines ({name}: 1) or a share of them ({name}: "25%")')
-    return check_int(value, name, 1, 100000)
-
-
-def check_abs_path(value: Any, name: str) -> str:
-    path = check_str(value, name, r"/[A-Za-z0-9._/-]{1,254}", "an absolute path of letters, digits, . _ - / "
-                     f"(at most {PATH_MAX} characters)", "/opt/vllm-omni")
-    if "/../" in path + "/" or "/./" in path + "/" or "//" in path:
-        raise SettingError(f"{show(value)} contains '..', '.' or '//' parts", "write a plain absolute path")
-    if path != "/" and path.endswith("/"):
-        path = path.rstrip("/")
-    if path in SYSTEM_DIRECTORIES:
-        raise SettingError(f"{show(value)} is a system directory; uninstall would remove it",
-                           "use a directory of its own, e.g. /opt/vllm-omni")
-    if any(inside(path, tree) for tree in PROTECTED_TREES) and not path.startswith(ALLOWED_UNDER_PROTECTED):
-        tree = next(tree for tree in PROTECTED_TREES if inside(path, tree))
-        raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system (or is writable by anyone)",
-                           "use a directory of its own under /opt, /srv, /var/lib or /etc, e.g. /opt/vllm-omni")
-    return path
-
-
-def check_model(value: Any, name: str) -> str:
-    model = check_str(value, name, MODEL_PATTERN, "a Hugging Face id org/name or an absolute path",
-                      "Qwen/Qwen3-Omni-30B-A3B-Instruct")
-    # A path names exactly the directory the engine reads: no '..' or '.' parts. (An id's parts start
-    # with a letter or digit, so only paths can have them.)
-    if model.startswith("/") and ("/../" in model + "/" or "/./" in model + "/"):
-        raise SettingError(f"{show(value)} contains '..' or '.' parts", "write the model directory's plain absolute path")
-    hidden = next((why for root, why in SANDBOX_HIDDEN.items() if model == root or model.startswith(root + "/")), None)
-    if model.startswith("/") and hidden:
-        raise SettingError(f"{show(value)} is under {hidden}, so the engine would find it empty or missing",
-                           "put the model directory elsewhere (e.g. /srv/models/<name> or under vllm_omni_hf_home), "
-                           "or stage it with vllm_omni_model_source")
-    if model.startswith("/"):
-        path = model.rstrip("/") or "/"
-        if path in SYSTEM_DIRECTORIES:
-            raise SettingError(f"{show(value)} is a system directory, not a model directory (the engine loads it "
-                               "with trust_remote_code: any Python file there runs as the engine)",
-                               "point vllm_omni_model at the model's own directory, e.g. /srv/models/<name>")
-        tree = next((t for t in MODEL_PROTECTED_TREES if inside(path, t)), None)
-        if tree and not path.startswith(ALLOWED_UNDER_PROTECTED):
-            raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system: the engine loads a model "
-                               "directory with trust_remote_code, so whatever Python file lies there runs as the engine",
-                               "put the model in a directory of its own, e.g. /srv/models/<name>, /opt/models/<name> "
-                               "or under vllm_omni_hf_home, or stage it with vllm_omni_model_source")
-    return model
-
-
-# Where a model directory may not lie, on the hosts: the roots' protected trees and the system's configuration.
-MODEL_PROTECTED_TREES = (*PROTECTED_TREES, "/etc", "/var/lib/dpkg", "/var/mail", "/var/lib/systemd",
-                         "/var/lib/vllm-omni-serve")
-# On the controller, a model directory (vllm_omni_model_directory) is walked, hashed and sent to every host:
-# never the system's trees, a home directory as a whole, or a world-writable place.
-CONTROLLER_PROTECTED_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
-                              "/sys", "/usr", "/var/log", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/spool",
-                              "/var/cache", "/var/mail")
-
-
-def check_controller_dir(value: Any, name: str) -> str:
-    """A directory on the controller whose every file is sent to the hosts: a plain absolute path of its own."""
-    path = check_controller_file(value, name)
-    if path in SYSTEM_DIRECTORIES or path in ("/", "/root") or re.fullmatch(r"/home/[^/]+", path):
-        raise SettingError(f"{show(value)} is a system or home directory as a whole: every file in it would be hashed "
-                           "and sent to every engine host", "point it at the model's own directory, e.g. "
-                           "/srv/models/<name> (a `hf download --local-dir` result)")
-    tree = next((t for t in CONTROLLER_PROTECTED_TREES if inside(path, t)), None)
-    if tree and not path.startswith(ALLOWED_UNDER_PROTECTED):
-        raise SettingError(f"{show(value)} lies in {tree}, which belongs to the system (or anyone may write there): "
-                           "its files would be sent to every engine host and loaded with trust_remote_code",
-                           "copy the model into a directory of its own, e.g. /srv/models/<name>, and point "
-                           f"{name} there")
-    return path
-
-
-# Paths the engine unit's sandbox (plan["hardening"]) hides from the engine, and by what.
-SANDBOX_HIDDEN = {
-    "/home": "/home, which the engine unit hides (ProtectHome=yes)",
-    "/root": "/root, which the engine unit hides (ProtectHome=yes)",
-    "/run/user": "/run/user, which the engine unit hides (ProtectHome=yes)",
-    "/tmp": "/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",  # noqa: S108 - refused
-    "/var/tmp": "/var/tmp, which the engine unit replaces with its own empty one (PrivateTmp=yes)",  # noqa: S108
-    "/proc": "/proc, the kernel's process view (ProtectProc=invisible), not a model directory",
-    "/sys": "/sys, the kernel's device view, not a model directory",
-    "/dev": "/dev, the device nodes, not a model directory",
-}
-
-
-def check_controller_file(value: Any, name: str) -> str:
-    """A file on the controller (TLS material): an absolute plain path; the host-root rules do not apply."""
-    path = check_str(value, name, r"/[A-Za-z0-9._/@+-]{1,4095}", "an absolute path on the controller of letters, "
-                     "digits, . _ - + @ /", "/etc/ssl/vllm-omni/router.pem")
-    if "/../" in path + "/" or "/./" in path + "/" or "//" in path or path.endswith("/"):
-        raise SettingError(f"{show(value)} contains '..', '.' or '//' parts or ends with '/'",
-                           "write the plain absolute path of the file")
-    return path
-
-
-def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[str]:
-    if not isinstance(value, (list, tuple)):
-        raise SettingError(f"must be a list of {what}, got {type_name(value)} {show(value)}",
-                           f"write a YAML list, e.g. {name}: [mlx5_0, mlx5_1]")
-    items = [check_str(item, name, pattern, what, "mlx5_0") for item in value]
-    if len(set(items)) != len(items):
-        raise SettingError("lists a name twice", "list every name once")
-    return items
-
-
-def check_cidr_list(value: Any, name: str) -> list[str]:
-    """Client networks (IPv4 or IPv6), written as networks: host bits set are a typo, not a network."""
-    example = f'{name}: ["10.0.0.0/16", "192.168.1.20/32"]'
-    if not isinstance(value, (list, tuple)):
-        raise SettingError(f"must be a list of networks, got {type_name(value)} {show(value)}",
-                           f"write a YAML list, e.g. {example}")
-    networks = []
-    for item in value:
-        if not isinstance(item, str):
-            raise SettingError(f"holds {show(item)} ({type_name(item)}), not a network string",
-                               f"write each network quoted, e.g. {example}")
-        try:
-            network = ipaddress.ip_network(item.strip(), strict=False)
-        except ValueError:
-            raise SettingError(f"holds {show(item)}, which is not a network like 10.0.0.0/16",
-                               f"write networks as address/prefix, e.g. {example}") from None
-        if str(network) != item.strip() and str(network.network_address) != item.strip():
-            raise SettingError(f"holds {show(item)}, which has host bits set (the network is {network})",
-                               f'write "{network}", or "{item.split("/")[0]}/{network.max_prefixlen}" for one host')
-        networks.append(str(network))
-    if len(set(networks)) != len(networks):
-        raise SettingError("lists a network twice", "list every network once")
-    parsed = [ipaddress.ip_network(n) for n in networks]
-    for a in parsed:
-        for b in parsed:
-            if a != b and a.version == b.version and a.subnet_of(b):
-                # nftables refuses overlapping elements in an interval set: it would fail on the host.
-                raise SettingError(f"lists {a}, which lies inside {b}", f"keep only {b} (or only {a})")
-    return networks
-
-
-ENV_NAME = r"[A-Z_][A-Z0-9_]{0,127}"
-ENV_VALUE = r"[A-Za-z0-9_.,:/=@+% -]{0,1024}"
-
-
-def check_env(value: Any, name: str) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise SettingError(f"must be a mapping of NAME: value, got {type_name(value)} {show(value)}",
-                           f'write e.g. {name}: {{NCCL_DEBUG: "WARN"}}')
-    result = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not re.fullmatch(ENV_NAME, key):
-            raise SettingError(f"has the variable name {show(key)}; names are upper-case letters, digits and _",
-                               "rename it, e.g. NCCL_DEBUG")
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise SettingError(f"{key} must be a string, got {type_name(item)} {show(item)}",
-                               f'quote the value, e.g. {key}: "1"')
-        text = str(item)
-        if not re.fullmatch(ENV_VALUE, text):
-            raise SettingError(f"{key} = {show(text)} holds characters an environment file or unit would "
-                               "interpret (quotes, $, `, \\, newlines)",
-                               "use letters, digits, spaces and . , : / = @ + % - _ only")
-        result[key] = text
-    return result
-
-
-def check_mapping(value: Any, name: str) -> dict:
-    if not isinstance(value, dict):
-        raise SettingError(f"must be a mapping of stage name to settings, got {type_name(value)} {show(value)}",
-                           f"write e.g. {name}: {{decode: {{max_num_seqs: 32}}}}")
-    return dict(value)
-
-
 # --- the table --------------------------------------------------------------------------------
 
-MODEL_PATTERN = r"(/[A-Za-z0-9._-]+)+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
 NAME_PATTERN = r"[a-z][a-z0-9-]{0,23}"
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    scope: str
-    default: Any
-    kind: str  # shown in the docs table
-    doc: str
-    check: Callable[[Any, str], Any] = field(repr=False, compare=False, default=lambda v, n: v)
-    default_doc: str | None = None  # for computed defaults
-
-    def validate(self, value: Any) -> Any:
-        return self.check(value, self.name)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -486,8 +115,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_omni_tensor_parallel_size", DEPLOYMENT, 1, "int (1, 2, 4, 8)",
             "Tensor-parallel size of the thinker stages (prefill and decode alike: the engine refuses "
             "unequal sizes). Talker and code2wav share one further GPU.",
-            # _check_tp is defined below this table: the lambda looks it up when a value is checked.
-            lambda v, n: _check_tp(v, n)),  # pylint: disable=unnecessary-lambda
+            check_tp),
     Setting("vllm_omni_prefill_replicas", DEPLOYMENT, 1, "int",
             "Prefill engines per pd pipeline (xPyD: with vllm_omni_decode_replicas the prefill:decode ratio). Above "
             "1, the pipeline's stages run as processes of their own (a head and headless stages; "
@@ -763,11 +391,3 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
-
-
-def _check_tp(value: Any, name: str) -> int:
-    size = check_int(value, name, 1, 64)
-    if size not in (1, 2, 4, 8):
-        raise SettingError(f"is {size}; the Qwen3-Omni thinker splits over 1, 2, 4 or 8 GPUs",
-                           f"set {name} to 1, 2, 4 or 8")
-    return size

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..host import _engine_data
 from ..host._engine_data import EngineVersion
+from ._checkers import SettingError, show
 from ._pipelines import Deployment, stage_layout
 from ._problems import ALL_HOSTS, Problems
-from ._settings import SettingError, show
 from ._stages import (
     ENGINE_ARGS,
     GPU_MEMORY_BUDGET,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._settings import SettingError, check_bool, check_choice, check_float, check_int, check_str, show
+from ._checkers import SettingError, check_bool, check_choice, check_float, check_int, check_str, show
 
 # Stage roles in stage-id order.
 LAYOUT_ROLES = {

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ._settings import show
+from ._checkers import show
 
 
 def _stage_cell(stages: list[dict]) -> str:

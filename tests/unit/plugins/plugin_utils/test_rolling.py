@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._settings import SettingError, check_max_unavailable
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._checkers import SettingError, check_max_unavailable
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _rolling
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import _ports
 from ._checkers import SettingError, show
-from ._pipelines import Deployment
+from ._deployment import Deployment
 from ._problems import Problems, host_where
 from ._settings import BY_NAME
 

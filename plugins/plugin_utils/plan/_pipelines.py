@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cached_property
 
 from ..host import _engine_data, _locks, _names
 from ..host._engine_data import EngineVersion
 from . import _distributed, _placement, _ports, _stage_config
+from ._deployment import Deployment
+from ._engine_argv import argv, environment, head_argv, headless_argv
 
 # What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
 OWNED_ENV = frozenset({
@@ -32,112 +33,6 @@ OWNED_ENV = frozenset({
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
 UPSTREAM_FLAGS = frozenset({"--host", "--port", "--served-model-name"})
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """The validated deployment settings and what the planner derived from them: what every host and pipeline shares.
-
-    The derived values are cached properties: pipelines read them thousands of times per plan.
-    """
-
-    settings: dict
-    sources: dict  # setting name -> "default" or "inventory"
-    engine: EngineVersion | None  # None when the version or layout was refused (a problem says why)
-    overrides: dict  # {role: {"engine_args": {...}, "sampling": {...}}}, validated
-    planner_shares: list[str]  # roles whose gpu_memory_utilization the planner chose (vllm_omni_share_gpus)
-
-    @cached_property
-    def layout(self) -> str:
-        return self.settings["vllm_omni_layout"]
-
-    @cached_property
-    def tp(self) -> int:
-        return self.settings["vllm_omni_tensor_parallel_size"]
-
-    @cached_property
-    def audio(self) -> bool:
-        return self.settings["vllm_omni_audio_output"]
-
-    @cached_property
-    def share(self) -> bool:
-        return self.settings["vllm_omni_share_gpus"]
-
-    @cached_property
-    def served(self) -> str:
-        return self.settings["vllm_omni_served_model_name"] or self.settings["vllm_omni_model"]
-
-    @cached_property
-    def replicas(self) -> dict[str, int]:
-        """Engines per thinker stage of a pd pipeline (xPyD); {} for aggregated."""
-        if self.layout != "pd":
-            return {}
-        return {"prefill": self.settings["vllm_omni_prefill_replicas"], "decode": self.settings["vllm_omni_decode_replicas"]}
-
-    @cached_property
-    def distributable(self) -> bool:
-        """Whether a pipeline's stages may run as processes of their own (head + headless): text-out pd only.
-
-        vLLM-Omni 0.26 hands decode's output to the talker through host shared memory, so audio
-        pipelines keep every stage in one process; shared GPUs need one process per GPU.
-        """
-        return self.layout == "pd" and not self.audio and not self.share
-
-    @cached_property
-    def replicated(self) -> bool:
-        """More than one engine for a thinker stage: every pipeline is distributed, also on one host."""
-        return any(count > 1 for count in self.replicas.values())
-
-    @cached_property
-    def spanning(self) -> bool:
-        """Spare GPUs of several hosts may make a pipeline (vllm_omni_span_hosts, and a layout that can split)."""
-        return self.distributable and self.settings["vllm_omni_span_hosts"]
-
-    @cached_property
-    def gpus_per_pipeline(self) -> int:
-        # Shared: every stage on the one TP group. Otherwise
-        # pd: each prefill and decode engine a TP group (+ one GPU shared by talker and code2wav);
-        # aggregated: thinker TP (+ one GPU shared by talker and code2wav: the engine's own layout).
-        if self.share:
-            return self.tp
-        thinkers = sum(self.replicas.values()) if self.layout == "pd" else 1
-        return thinkers * self.tp + (1 if self.audio else 0)
-
-    @cached_property
-    def fewer_gpus(self) -> str:
-        """The settings that really make a pipeline need fewer GPUs, for a fix (never one already at its floor)."""
-        ways = []
-        if self.tp > 1:
-            ways.append("lower vllm_omni_tensor_parallel_size")
-        if self.replicated:
-            ways.append("lower vllm_omni_prefill_replicas / vllm_omni_decode_replicas")
-        if self.audio and not self.share:
-            ways.append("set vllm_omni_audio_output: false (text out, one GPU less)")
-        if not self.share and not self.replicated:
-            ways.append("set vllm_omni_share_gpus: true (every stage on one GPU group)")
-        return ", ".join(ways) if ways else "use a host with more GPUs"
-
-    @cached_property
-    def replicas_culprit(self) -> str | None:
-        """The replica settings, named as the variable when they are what makes a pipeline too big."""
-        if not self.replicated:
-            return None
-        asked = [name for name, count in (("vllm_omni_prefill_replicas", self.replicas["prefill"]),
-                                          ("vllm_omni_decode_replicas", self.replicas["decode"])) if count > 1]
-        return " / ".join(asked)
-
-    @cached_property
-    def gpu_formula(self) -> str:
-        """``gpus_per_pipeline`` in words, for the problems that quote it."""
-        if self.share:
-            return f"every stage shares one TP {self.tp} GPU group"
-        talker = " + 1 for talker/code2wav" if self.audio else ""
-        if self.layout == "pd":
-            prefill, decode = self.replicas["prefill"], self.replicas["decode"]
-            engines = (f"prefill TP {self.tp} + decode TP {self.tp}" if prefill == decode == 1 else
-                       f"{prefill} prefill + {decode} decode engines of TP {self.tp}")
-            return engines + talker
-        return f"thinker TP {self.tp}{talker}"
 
 
 def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]:
@@ -180,110 +75,6 @@ def kv_transfer_plan(settings: dict) -> tuple[str, dict]:
                         "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"]),
                         "kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"],
                         "abort_timeout": settings["vllm_omni_mooncake_abort_timeout"]}
-
-
-def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
-    """The process's environment. ``ports`` with ``zmq`` (distributed processes): VLLM_PORT pins the
-    ports vLLM and vLLM-Omni draw for themselves (the master's routes, the coordinator) to its slice."""
-    env = {
-        # Stage `devices` are indices into this list; PCI order makes them match nvidia-smi.
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-        # Multi-homed hosts otherwise advertise the default route's address (vLLM #42023).
-        "VLLM_HOST_IP": ip,
-        "HF_HOME": settings["vllm_omni_hf_home"],
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
-    if settings["vllm_omni_model_staging"] or settings["vllm_omni_model_source"] != "none":
-        env["HF_HUB_OFFLINE"] = "1"
-    if settings["vllm_omni_model_source"] != "none":
-        # The staged snapshot (refs/main points at it): a new revision changes this file and restarts the engine.
-        env["VLLM_OMNI_MODEL_SNAPSHOT"] = settings["vllm_omni_model_revision"]
-    if "nixl_side_channel" in ports:
-        # Where this host's NIXL engines listen for handshakes and what they tell decode; each engine's own
-        # port is in its stage config (ServeNixlConnector), since one environment serves both stages.
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = ip
-        env["UCX_TCP_PORT_RANGE"] = f"{ports['ucx_tcp'][0]}-{ports['ucx_tcp'][1]}"
-    elif settings["vllm_omni_layout"] == "pd":
-        if "bootstrap" in ports:  # a prefill engine's bootstrap server (decode engines run none)
-            env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
-        env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
-        env["MC_MAX_RPC_PORT"] = str(ports["mooncake_rpc"][1])
-        # How long prefill keeps KV nobody pulled (decode: +60 s on its pull); vLLM's 480 s default holds a dead
-        # decode's share of prefill's KV cache for 8 minutes (vllm_omni_mooncake_abort_timeout).
-        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(settings["vllm_omni_mooncake_abort_timeout"])
-        if settings["vllm_omni_mooncake_protocol"] == "tcp":
-            # Without the pool, TCP transfers under load exhaust ephemeral ports (TIME_WAIT).
-            env["MC_TCP_ENABLE_CONNECTION_POOL"] = "1"
-    if "zmq" in ports:
-        env["VLLM_PORT"] = str(ports["zmq"][0])
-    env.update(settings["vllm_omni_extra_env"])
-    return dict(sorted(env.items()))
-
-
-def argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict) -> list[str]:
-    settings, engine, served = deployment.settings, deployment.engine, deployment.served
-    if settings["vllm_omni_engine_backend"] == "simulator":
-        return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", "dual", "--host", ip,
-                "--port", str(ports["api"]), "--model", served]
-    timeout = str(settings["vllm_omni_init_timeout"])
-    return [
-        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni",
-        "--host", ip, "--port", str(ports["api"]),
-        "--served-model-name", served,
-        engine.config_flag, paths["stage_config"],
-        "--init-timeout", timeout, "--stage-init-timeout", timeout,
-        # /metrics: vLLM-Omni's is empty without it (data/metrics.yml lists what it then exports).
-        "--log-stats",
-    ]
-
-
-def head_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict,
-              remote_engines: list[tuple[str, str]]) -> list[str]:
-    """The head of a distributed pipeline: API server, orchestrator, OmniMasterServer and stage 0 (prefill 0).
-
-    Simulator: vllm-router in PD mode stands in for the head (it sends each request to a prefill then a
-    decode stand-in, round-robin over the replicas), with prefill 0's stand-in started beside it on
-    loopback at the master port. ``remote_engines``: (role, stand-in URL) of the other engines.
-    """
-    settings = deployment.settings
-    if settings["vllm_omni_engine_backend"] == "simulator":
-        local = f"http://127.0.0.1:{ports['master']}"
-        first = (f"{backend['venv']}/bin/xpyd-sim serve --mode prefill --host 127.0.0.1 --port {ports['master']} "
-                 f"--model {deployment.served}")
-        router = [f"{backend['venv']}/bin/vllm-router", "--host", ip, "--port", str(ports["api"]),
-                  "--vllm-pd-disaggregation", "--policy", "round_robin", "--prefill", local]
-        for role, url in remote_engines:
-            router += [f"--{role}", url]
-        router += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(ports["zmq"][0]),
-                   "--health-check-interval-secs", "5", "--worker-startup-timeout-secs", "600",
-                   "--worker-startup-check-interval", "2"]
-        # sh: both processes in the unit's cgroup; stopping the unit stops both, the router is the main one.
-        return ["/bin/sh", "-c", f'{first} & exec "$@"', "sh", *router]
-    return [*argv(deployment, backend, ip, ports, paths), "--stage-id", "0",
-            "--omni-master-address", ip, "--omni-master-port", str(ports["master"]),
-            "--omni-lb-policy", settings["vllm_omni_replica_lb_policy"]]
-
-
-def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict, stage_id: int,
-                  role: str, master: tuple[str, int]) -> list[str]:
-    """A headless stage of a distributed pipeline: registers with the head's master at ``master``.
-
-    Simulator: an xpyd-sim prefill or decode stand-in on the process's API port, which the head's
-    stand-in router calls.
-    """
-    settings = deployment.settings
-    if settings["vllm_omni_engine_backend"] == "simulator":
-        return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", role, "--host", ip,
-                "--port", str(ports["api"]), "--model", deployment.served]
-    return [
-        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni", "--headless",
-        deployment.engine.config_flag, paths["stage_config"],
-        "--stage-init-timeout", str(settings["vllm_omni_init_timeout"]),
-        "--stage-id", str(stage_id), "--omni-master-address", master[0], "--omni-master-port", str(master[1]),
-        "--omni-replica-address", ip, "--log-stats",
-    ]
 
 
 def backend(settings: dict, engine: EngineVersion) -> dict:

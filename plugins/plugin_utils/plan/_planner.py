@@ -26,8 +26,8 @@ import json
 
 from ..host import _engine_data, _footprint, _locks, _names, _platforms
 from . import _artifacts, _distributed, _firewall, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
+from ._deployment import Deployment
 from ._hosts import HostGroups, HostPlan
-from ._pipelines import Deployment
 from ._problems import Problems
 from ._stages import layout_roles
 

@@ -16,7 +16,8 @@ from typing import Any
 from ..host import _engine_data
 from ..host._engine_data import EngineVersion
 from ._checkers import SettingError, show
-from ._pipelines import Deployment, stage_layout
+from ._deployment import Deployment
+from ._pipelines import stage_layout
 from ._problems import ALL_HOSTS, Problems
 from ._stages import (
     ENGINE_ARGS,

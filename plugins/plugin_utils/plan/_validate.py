@@ -24,10 +24,10 @@ from ..host import _engine_data, _names
 from ..host._engine_data import EngineVersion
 from . import _artifacts
 from ._checkers import SettingError, show
+from ._deployment import Deployment
 from ._extra_env import check_extra_env
 from ._hosts import ENGINE_GROUP
 from ._path_checks import inside
-from ._pipelines import Deployment
 from ._problems import ALL_HOSTS, Problems, host_where
 from ._settings import BY_NAME, COMPUTED_FACTS, DEPLOYMENT, REMOVED_SETTINGS, SETTINGS
 from ._stage_checks import check_engine_rules, check_gpu_memory, shared_gpu_split, stage_overrides

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..host import _engine_data, _locks, _names
 from ..host._engine_data import EngineVersion
-from . import _distributed, _placement, _ports, _stage_config
+from . import _distributed, _placement, _ports, _stage_config, _stage_config_checks
 from ._deployment import Deployment
 from ._engine_argv import argv, environment, head_argv, headless_argv
 
@@ -308,8 +308,8 @@ class PipelineBuilder:
         if document is None:
             document = _stage_config.build_document(engine, {**pipeline, "layout": deployment.layout},
                                                     deployment.overrides)
-            own = (_stage_config.check_launch(document, engine, engine.config_flag)
-                   + _stage_config.check_document(document, engine, pipeline["environment"]))
+            own = (_stage_config_checks.check_launch(document, engine, engine.config_flag)
+                   + _stage_config_checks.check_document(document, engine, pipeline["environment"]))
             if own:  # pragma: no cover - a planner bug, never a user error
                 raise RuntimeError(f"rendered stage config for {pipeline['host']}/{pipeline['name']} "
                                    f"fails its own check: {own}")

@@ -25,7 +25,19 @@ import hashlib
 import json
 
 from ..host import _engine_data, _footprint, _locks, _names, _platforms
-from . import _artifacts, _distributed, _firewall, _hardening, _host_platforms, _hosts, _pipelines, _ports, _services, _validate
+from . import (
+    _artifacts,
+    _distributed,
+    _firewall,
+    _hardening,
+    _host_platforms,
+    _host_values,
+    _hosts,
+    _pipelines,
+    _ports,
+    _services,
+    _validate,
+)
 from ._deployment import Deployment
 from ._hosts import HostGroups, HostPlan
 from ._problems import Problems
@@ -87,7 +99,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
 
     deployment = _validate.deployment(settings, sources, problems)
     groups = _hosts.with_services(groups, settings, problems)
-    ips = {host: _hosts.host_ip(host, hostvars.get(host, {}), problems) for host in groups.all_hosts}
+    ips = {host: _host_values.host_ip(host, hostvars.get(host, {}), problems) for host in groups.all_hosts}
     host_plans = _hosts.engine_host_plans(deployment, groups, hostvars, discovery_pending, problems)
     service_warnings = _validate.check_service_host_settings(groups.service_only, hostvars, settings, problems)
     _hosts.check_service_ports(groups, settings, problems)
@@ -272,7 +284,7 @@ def _add_platforms(plan: dict, hostvars: dict, problems: Problems) -> None:
                   "mooncake_master": plan["mooncake_master"]["hosts"]}
     lock_names = {"backend": plan["backend"]["lock"], "router": plan["router"]["lock"],
                   "mooncake_master": plan["mooncake_master"].get("lock", "")}
-    wanted = {host: _hosts.host_value(host, hostvars.get(host, {}), "vllm_omni_host_platform", problems)[0]
+    wanted = {host: _host_values.host_value(host, hostvars.get(host, {}), "vllm_omni_host_platform", problems)[0]
               for host in sorted({h for hosts in venv_hosts.values() for h in hosts})}
     chosen = _host_platforms.host_platforms(venv_hosts, lock_names, hostvars,
                                             {h: w for h, w in wanted.items() if w is not None}, problems)

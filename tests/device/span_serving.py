@@ -486,8 +486,8 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     for old in logs.glob("*.log"):
         old.unlink()
-    results: dict = {"machine": serving.nvidia_smi("--query-gpu=name,memory.total,driver_version",
-                                                    "--format=csv,noheader")}
+    results: dict = {"machine": serving.nvidia_smi(
+        "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")}
     if args.compile_bytecode:
         results["compile_bytecode"] = serving.compile_bytecode()
     try:

@@ -246,8 +246,8 @@ def test_bench_runs_both_renders_with_one_spec_and_compares_them(bench_rehearsal
         assert "vllm:num_requests_running" in members[f"metrics-{name}.prom"]
         assert "vllm:num_requests_running" in members[f"metrics-{name}-after-load.prom"]
     estimate = document["call"]["estimate"]
-    assert [s["step"] for s in estimate["steps"]][:3] == ["pd: lay out, start, ready", "pd: grid of 2 cells",
-                                                        "pd: kill stage 1, restart, serve again"]
+    assert [s["step"] for s in estimate["steps"]][:3] == [
+        "pd: lay out, start, ready", "pd: grid of 2 cells", "pd: kill stage 1, restart, serve again"]
     assert "fault" not in agg  # an aggregated render has no stage to kill
     assert "Compare: pd vs agg" in stdout
 

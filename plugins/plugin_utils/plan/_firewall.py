@@ -46,8 +46,6 @@ def _ports(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
-
-
 def firewall_plan(settings: dict, listen_ports: dict[str, list[dict]], ips: dict[str, str | None],
                   pipeline_hosts: dict[str, list[str]] | None = None) -> dict:
     """The firewall section of the plan: per host, each planned port range and who may reach it.

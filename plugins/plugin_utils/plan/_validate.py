@@ -318,9 +318,9 @@ def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | No
     else:
         connector = settings["vllm_omni_kv_connector"]
         for name in NIXL_SETTINGS if connector == "mooncake" else MOONCAKE_SETTINGS:
-            unused(name, f"vllm_omni_kv_connector is {connector}"
-                   + ("" if connector == "mooncake" else " (NIXL's own lease frees unclaimed KV after 30 s, renewed "
-                                                          "while decode pulls; UCX picks TCP or RDMA itself)"))
+            nixl = (" (NIXL's own lease frees unclaimed KV after 30 s, renewed "
+                    "while decode pulls; UCX picks TCP or RDMA itself)")
+            unused(name, f"vllm_omni_kv_connector is {connector}" + ("" if connector == "mooncake" else nixl))
     if not (context.replicated or context.spanning):
         for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
                      "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy"):

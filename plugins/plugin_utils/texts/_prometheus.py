@@ -71,6 +71,7 @@ def client_ttft(layout: str, quantile: float, window: str) -> str:
 def alert_rules(plan: dict) -> list[dict]:
     """The deployment's alert rules (one Prometheus rule group). The PD ones only where the layout is pd;
     the engine-metric ones never fire on the simulator, whose /metrics has none of the engine's names."""
+    pd_sum = ", prefill's plus decode's" if plan["layout"] == "pd" else ""
     engine = 'job="vllm-omni-engine"'
     objective = float(plan["settings"].get("vllm_omni_alert_ttft_seconds", {}).get("value", 2.0))
     rules = [
@@ -87,8 +88,7 @@ def alert_rules(plan: dict) -> list[dict]:
          "for": "10m", "labels": {"severity": "warning"},
          "annotations": {"summary": f"TTFT p99 of {{{{ $labels.pipeline }}}} on {{{{ $labels.host }}}} is over "
                                     f"the objective ({objective:g} s, vllm_omni_alert_ttft_seconds)",
-                         "description": ("p99 over 10 minutes" + (", prefill's plus decode's" if plan["layout"] == "pd"
-                                                                   else "") + ": {{ $value | humanizeDuration }}.")}},
+                         "description": f"p99 over 10 minutes{pd_sum}: {{{{ $value | humanizeDuration }}}}."}},
     ]
     if plan["router"]["frontdoor"]["enabled"]:
         days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))

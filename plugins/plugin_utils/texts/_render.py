@@ -12,7 +12,6 @@ construction and is tested in the lab.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..host import _names
 from ..plan import _artifacts
 from ..plan._planner import gc_paused
 from . import _host_files, _nftables, _prometheus, _rsyncd, _yaml
+from ._host_files import exec_line
 
 ARGV_FILE = "argv"
 PLAN_FILE = "plan.json"
@@ -82,30 +82,6 @@ def argv_text(pipeline: dict) -> str:
     return "\n".join(pipeline["argv"]) + "\n"
 
 
-_SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_./:=,@+-]+")
-
-
-def systemd_word(word: str) -> str:
-    """One ExecStart= argument: bare when safe, else quoted (systemd.service "Command lines")."""
-    if _SYSTEMD_PLAIN.fullmatch(word):
-        return word
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
-
-
-def directives_text(entries: list[dict]) -> str:
-    """systemd [Service] lines for the plan's hardening entries; a dropped directive stays as a comment."""
-    lines = []
-    for entry in entries:
-        if entry["why"]:
-            lines.append(f"# {entry['directive']}: {entry['why']}")
-        if entry["value"] is None:
-            lines.append(f"# {entry['directive']} not set")
-        else:
-            lines.append(f"{entry['directive']}={entry['value']}")
-    return "\n".join(lines)
-
-
 def dropin_text(pipeline: dict) -> str:
     """The pipeline's drop-in for the vllm-omni@.service template: its environment file and exact argv."""
     return (
@@ -113,7 +89,7 @@ def dropin_text(pipeline: dict) -> str:
         "[Service]\n"
         f"EnvironmentFile={pipeline['paths']['env_file']}\n"
         "ExecStart=\n"
-        f"ExecStart={' '.join(systemd_word(word) for word in pipeline['argv'])}\n"
+        f"ExecStart={exec_line(pipeline['argv'])}\n"
     )
 
 

@@ -73,14 +73,33 @@ def ruleset_text(plan: dict, host: str) -> str:
         "",
         f"table inet {TABLE} {{",
     ]
+    pipeline_sets, set_lines = _set_lines(firewall["per_host"].get(host, {}), rules)
+    lines += set_lines
+    lines += [
+        "  chain input {",
+        # Before the usual filter priority, so our drop happens whatever order other tables use.
+        "    type filter hook input priority filter - 5; policy accept;",
+        '    iifname "lo" accept',
+        "    ct state established,related accept",
+    ]
+    for rule in rules:
+        lines += _rule_lines(rule, pipeline_sets)
+    lines += ["  }", "}", ""]
+    return "\n".join(lines)
+
+
+def _set_lines(mine: dict, rules: list[dict]) -> tuple[dict[str, str], list[str]]:
+    """The host's named sets: each distributed pipeline's hosts, each client setting's networks by family;
+    with the set name of each pipeline."""
+    lines = []
     named = {}
     for rule in rules:
         if rule["clients_from"] and rule["clients"]:
             named[rule["clients_from"]] = rule["clients"]
-    pipeline_peers = firewall["per_host"].get(host, {}).get("pipeline_peers", {})
+    pipeline_peers = mine.get("pipeline_peers", {})
     pipeline_sets = {key: f"pipeline_peers_{n}" for n, key in enumerate(pipeline_peers)}
     for key, set_name in pipeline_sets.items():
-        addresses = firewall["per_host"][host]["pipeline_peers"][key]
+        addresses = pipeline_peers[key]
         lines += [f"  # the hosts of distributed pipeline {key}",
                   f"  set {set_name} {{", "    type ipv4_addr; flags interval;",
                   *([f"    elements = {_set(addresses)}"] if addresses else []), "  }"]
@@ -94,30 +113,24 @@ def ruleset_text(plan: dict, host: str) -> str:
                           f"    elements = {_set(values)}", "  }"]
     if named or pipeline_sets:
         lines.append("")
-    lines += [
-        "  chain input {",
-        # Before the usual filter priority, so our drop happens whatever order other tables use.
-        "    type filter hook input priority filter - 5; policy accept;",
-        '    iifname "lo" accept',
-        "    ct state established,related accept",
-    ]
-    for rule in rules:
-        label = f"{rule['service']} {rule['purpose']}"
-        if "pipeline" in rule:
-            lines.append(f"    # {label} (distributed pipeline {rule['pipeline']}: its hosts only)")
-            lines.append(f"    tcp dport {rule['ports']} ip saddr @{pipeline_sets[rule['pipeline']]} accept")
-            lines.append(f'    tcp dport {rule["ports"]} counter drop comment "vllm-omni: {label}, not a host of '
-                         f'the pipeline"')
-            continue
-        lines.append(f"    # {label}")
-        lines.append(f"    tcp dport {rule['ports']} ip saddr @{PEER_SET} accept")
-        if rule["clients_from"] and rule["clients"]:
-            short = rule["clients_from"].removeprefix("vllm_omni_")
-            v4, v6 = _split(tuple(rule["clients"]))
-            if v4:
-                lines.append(f"    tcp dport {rule['ports']} ip saddr @{short}_v4 accept")
-            if v6:
-                lines.append(f"    tcp dport {rule['ports']} ip6 saddr @{short}_v6 accept")
-        lines.append(f'    tcp dport {rule["ports"]} counter drop comment "vllm-omni: {label}, not a peer or client"')
-    lines += ["  }", "}", ""]
-    return "\n".join(lines)
+    return pipeline_sets, lines
+
+
+def _rule_lines(rule: dict, pipeline_sets: dict[str, str]) -> list[str]:
+    """One planned range: accepted from who may reach it, then dropped for everyone else."""
+    label = f"{rule['service']} {rule['purpose']}"
+    if "pipeline" in rule:
+        return [f"    # {label} (distributed pipeline {rule['pipeline']}: its hosts only)",
+                f"    tcp dport {rule['ports']} ip saddr @{pipeline_sets[rule['pipeline']]} accept",
+                f'    tcp dport {rule["ports"]} counter drop comment "vllm-omni: {label}, not a host of '
+                f'the pipeline"']
+    lines = [f"    # {label}", f"    tcp dport {rule['ports']} ip saddr @{PEER_SET} accept"]
+    if rule["clients_from"] and rule["clients"]:
+        short = rule["clients_from"].removeprefix("vllm_omni_")
+        v4, v6 = _split(tuple(rule["clients"]))
+        if v4:
+            lines.append(f"    tcp dport {rule['ports']} ip saddr @{short}_v4 accept")
+        if v6:
+            lines.append(f"    tcp dport {rule['ports']} ip6 saddr @{short}_v6 accept")
+    lines.append(f'    tcp dport {rule["ports"]} counter drop comment "vllm-omni: {label}, not a peer or client"')
+    return lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from dataclasses import dataclass
 
 from ..texts._prometheus import client_ttft, text_stage
 
@@ -105,51 +106,12 @@ def status_document(plan: dict, units: dict, health: dict, router: dict,
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     observed, why = engine_metrics(metrics)
-    engine = plan.get("engine") or {}
-    version = (f"vllm-omni {engine['vllm_omni_version']} (vllm {engine.get('vllm_version', '?')})"
-               if engine.get("vllm_omni_version") else None)
-    if version and plan["backend"].get("stand_in"):
-        version += f", SIMULATOR ({plan['backend']['name']}) stands in"
+    version = _engine_version(plan)
     health = {url: (code if isinstance(code, int) and code > 0 else None) for url, code in health.items()}
-    members: dict[str, list[str]] = {}
-    for host, seen in router.items():
-        for worker in seen.get("workers") or []:
-            members.setdefault(worker["url"], []).append(f"{host}:{'healthy' if worker.get('is_healthy') else 'unhealthy'}")
-    pipelines = []
-    for host, host_plan in plan["hosts"].items():
-        for pipeline in host_plan["pipelines"]:
-            unit = units.get(host, {}).get(pipeline["unit"], {})
-            url, health_url = pipeline["url"], pipeline.get("health_url", pipeline["url"])
-            active = unit.get("ActiveState") == "active"
-            since = _since(unit.get("ActiveEnterTimestamp")) if active else None
-            restarts = str(unit.get("NRestarts", ""))
-            seen = observed.get((host, pipeline["name"]))
-            note = (why or ("no data" if seen is None else None)) if pipeline["url"] else "headless (its head reports)"
-            # A headless stage serves no API and is no router member: running (and, for a stand-in, healthy).
-            healthy = health.get(health_url) == 200 if health_url else True
-            routed = (bool(members.get(url)) and all(m.endswith(":healthy") for m in members[url])) if url else True
-            pipelines.append({
-                "host": host,
-                "pipeline": pipeline["name"],
-                "of": pipeline.get("pipeline", pipeline["name"]),
-                "process": pipeline.get("process", "single"),
-                "unit": pipeline["unit"],
-                "state": f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}",
-                "since": unit.get("ActiveEnterTimestamp") or None,
-                "pid": int(unit["MainPID"]) if str(unit.get("MainPID", "0")).isdigit() and int(unit.get("MainPID", 0)) else None,
-                "health": health.get(health_url) if health_url else None,
-                "gpus": pipeline["gpus"],
-                "ports": pipeline["ports"],
-                "url": url,
-                "router": members.get(url, []) if url else [],
-                "uptime_s": int((now - since).total_seconds()) if since else None,
-                "restarts": int(restarts) if restarts.isdigit() else None,
-                "version": version,
-                "metrics": ({key: (seen or {}).get(key) for key in QUERIES} if seen is not None and pipeline["url"]
-                            else None),
-                "metrics_note": note,
-                "ok": active and healthy and routed,
-            })
+    members = _router_members(router)
+    seen_by = _Observed(units, health, members, observed, why, version, now)
+    pipelines = [_pipeline_row(host, pipeline, seen_by)
+                 for host, host_plan in plan["hosts"].items() for pipeline in host_plan["pipelines"]]
     stale = sorted(url for url in members if url not in plan["worker_urls"])
     routers = [{"host": host, "url": plan["router"]["per_host"][host]["url"], "health": seen.get("health"),
                 "workers": len(seen.get("workers") or []), **certificate_expiry(seen.get("certificate"), now)}
@@ -159,6 +121,74 @@ def status_document(plan: dict, units: dict, health: dict, router: dict,
     return {"ok": healthy, "backend": plan["backend"]["name"], "stand_in": plan["backend"]["stand_in"],
             "version": version, "metrics_window": WINDOW, "metrics_source": why or "prometheus",
             "pipelines": pipelines, "routers": routers, "router_members_not_in_plan": stale}
+
+
+def _engine_version(plan: dict) -> str | None:
+    engine = plan.get("engine") or {}
+    version = (f"vllm-omni {engine['vllm_omni_version']} (vllm {engine.get('vllm_version', '?')})"
+               if engine.get("vllm_omni_version") else None)
+    if version and plan["backend"].get("stand_in"):
+        version += f", SIMULATOR ({plan['backend']['name']}) stands in"
+    return version
+
+
+def _router_members(router: dict) -> dict[str, list[str]]:
+    """{worker url: ["<router host>:healthy" or ":unhealthy", ...]}: which routers have each worker."""
+    members: dict[str, list[str]] = {}
+    for host, seen in router.items():
+        for worker in seen.get("workers") or []:
+            members.setdefault(worker["url"], []).append(f"{host}:{'healthy' if worker.get('is_healthy') else 'unhealthy'}")
+    return members
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """What status saw, as every pipeline's row reads it."""
+
+    units: dict
+    health: dict
+    members: dict
+    observed: dict
+    why: str | None
+    version: str | None
+    now: datetime.datetime
+
+
+def _pipeline_row(host: str, pipeline: dict, seen_by: _Observed) -> dict:
+    units, health, members, observed, why, version, now = (
+        seen_by.units, seen_by.health, seen_by.members, seen_by.observed, seen_by.why, seen_by.version, seen_by.now)
+    unit = units.get(host, {}).get(pipeline["unit"], {})
+    url, health_url = pipeline["url"], pipeline.get("health_url", pipeline["url"])
+    active = unit.get("ActiveState") == "active"
+    since = _since(unit.get("ActiveEnterTimestamp")) if active else None
+    restarts = str(unit.get("NRestarts", ""))
+    seen = observed.get((host, pipeline["name"]))
+    note = (why or ("no data" if seen is None else None)) if pipeline["url"] else "headless (its head reports)"
+    # A headless stage serves no API and is no router member: running (and, for a stand-in, healthy).
+    healthy = health.get(health_url) == 200 if health_url else True
+    routed = (bool(members.get(url)) and all(m.endswith(":healthy") for m in members[url])) if url else True
+    return {
+        "host": host,
+        "pipeline": pipeline["name"],
+        "of": pipeline.get("pipeline", pipeline["name"]),
+        "process": pipeline.get("process", "single"),
+        "unit": pipeline["unit"],
+        "state": f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}",
+        "since": unit.get("ActiveEnterTimestamp") or None,
+        "pid": int(unit["MainPID"]) if str(unit.get("MainPID", "0")).isdigit() and int(unit.get("MainPID", 0)) else None,
+        "health": health.get(health_url) if health_url else None,
+        "gpus": pipeline["gpus"],
+        "ports": pipeline["ports"],
+        "url": url,
+        "router": members.get(url, []) if url else [],
+        "uptime_s": int((now - since).total_seconds()) if since else None,
+        "restarts": int(restarts) if restarts.isdigit() else None,
+        "version": version,
+        "metrics": ({key: (seen or {}).get(key) for key in QUERIES} if seen is not None and pipeline["url"]
+                    else None),
+        "metrics_note": note,
+        "ok": active and healthy and routed,
+    }
 
 
 def uptime_text(seconds: int | None) -> str:

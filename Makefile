@@ -84,7 +84,7 @@ conformance-record: tools
 
 # Re-derive data/engines/<version>.yaml from each cached engine venv (review the diff).
 engine-data: tools
-	for v in $$(python -c 'import sys; sys.path.insert(0, ".collection"); from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import supported_versions; print(*supported_versions())'); do \
+	for v in $$(python -c 'import sys; sys.path.insert(0, ".collection"); from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import supported_versions; print(*supported_versions())'); do \
 	  HF_HUB_OFFLINE=1 $(CACHE)/engines/$$v/bin/python tests/conformance/derive_engine_data.py \
 	    $(CACHE)/models/$$v/hub/models--Qwen--Qwen3-Omni-30B-A3B-Instruct/snapshots/conformance > data/engines/$$v.yaml; \
 	done

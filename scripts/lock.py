@@ -5,7 +5,7 @@
     python scripts/lock.py --stale    # lock only the venvs whose lock is missing or stale; keep the rest as
                                       # they are (a full run re-resolves every lock: newer transitive releases)
 
-Each lock is `uv pip compile --generate-hashes` of the venv's top-level pins (plugin_utils/_locks.py)
+Each lock is `uv pip compile --generate-hashes` of the venv's top-level pins (plugin_utils/host/_locks.py)
 for one host platform of data/platforms.yml (its Python and manylinux floor), whatever this machine is.
 A venv the resolver cannot lock for a platform is recorded, with the resolver's reason, in
 data/locks/<platform>/unavailable.yml, which the planner reads to refuse such hosts. Review the diff like code.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / ".collection"))
 
 import yaml
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks, _platforms
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _locks, _platforms
 
 INPUTS = _locks.INPUTS
 

@@ -9,7 +9,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
 
 REPO = Path(__file__).resolve().parents[1]
 

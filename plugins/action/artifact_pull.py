@@ -11,8 +11,12 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import ProgressPrinter, run_detached, whole_numbers
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import progress_line
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
+    ProgressPrinter,
+    run_detached,
+    whole_numbers,
+)
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import progress_line
 
 display = Display()
 SCRIPT = "artifact.py"  # roles/artifacts/files

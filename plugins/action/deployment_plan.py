@@ -7,10 +7,11 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _discovery
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import summary_lines
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import summary_lines
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _discovery
 
 
 class ActionModule(ActionBase):

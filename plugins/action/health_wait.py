@@ -11,8 +11,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import whole_numbers
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import health_wait_line
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import whole_numbers
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line
 
 display = Display()
 PROGRESS_JOURNAL_LINES = 20

@@ -7,9 +7,9 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import RenderDirError, render_tree, write_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import gc_paused
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import RenderDirError, render_tree, write_tree
 
 
 class ActionModule(ActionBase):

@@ -10,7 +10,7 @@ from pathlib import Path
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 
 class ActionModule(ActionBase):

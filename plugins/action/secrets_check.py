@@ -1,6 +1,6 @@
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""Action: what deploy checks on the controller before any host changes (plugin_utils/_secrets.py): the secrets,
+"""Action: what deploy checks on the controller before any host changes (plugin_utils/plan/_secrets.py): the secrets,
 the operator's TLS material and a controller model directory. The result never holds a secret."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts, _secrets
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts, _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
 # The fix of each kind of problem: the setting that resolves it.

@@ -11,8 +11,12 @@ import shlex
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import ProgressPrinter, run_detached, whole_numbers
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import venv_line
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
+    ProgressPrinter,
+    run_detached,
+    whole_numbers,
+)
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import venv_line
 
 display = Display()
 SCRIPT = "build-venv.sh"  # roles/python_venv/files

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _rsyncd
+
 DOCUMENTATION = r"""
 name: artifacts_controller_rsyncd
 short_description: The controller's rsync daemon configuration, which sends each artifact's first copy
@@ -43,12 +45,11 @@ _value:
   type: str
 """
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 
 def artifacts_controller_rsyncd(plan, sources, log_file):
-    return _artifacts.controller_rsyncd_text(plain(plan), plain(sources), str(log_file))
+    return _rsyncd.controller_rsyncd_text(plain(plan), plain(sources), str(log_file))
 
 
 class FilterModule:

@@ -53,8 +53,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _footprint
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 
 def footprint_changes(recorded, current, mode="prune", components=None, purge=False):

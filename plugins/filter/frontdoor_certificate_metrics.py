@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _prometheus
+
 DOCUMENTATION = r"""
 name: frontdoor_certificate_metrics
 short_description: The front door's /metrics text from its certificate
@@ -34,12 +36,10 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability
-
 
 def frontdoor_certificate_metrics(pem):
     try:
-        return _observability.certificate_metrics(str(pem))
+        return _prometheus.certificate_metrics(str(pem))
     except (ImportError, ValueError, UnicodeEncodeError) as error:
         raise AnsibleFilterError(f"frontdoor_certificate_metrics: not a readable PEM certificate ({error})") from None
 

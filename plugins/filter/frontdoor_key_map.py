@@ -44,7 +44,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _host_files
 
 
 def frontdoor_key_map(keys, upstream=None):

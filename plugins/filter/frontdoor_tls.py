@@ -36,7 +36,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _tls
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _names
 
 
 def frontdoor_tls(plan, host):
@@ -45,8 +45,8 @@ def frontdoor_tls(plan, host):
         ip = str(plan["router"]["per_host"][host]["ip"])
     except (KeyError, TypeError):
         raise AnsibleFilterError(f"frontdoor_tls: {host} is not a router host of the plan") from None
-    directory = _tls.controller_dir()
-    stem = _tls.host_stem(host, ip)
+    directory = _names.tls_dir()
+    stem = _names.tls_stem(host, ip)
     return {"dir": str(directory), "ca": str(directory / "ca.pem"), "ca_key": str(directory / "ca.key"),
             "certificate": str(directory / f"{stem}.pem"), "key": str(directory / f"{stem}.key"), "ip": ip}
 

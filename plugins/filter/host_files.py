@@ -42,8 +42,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _render
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _render
 
 
 def host_files(plan, host, components=None):

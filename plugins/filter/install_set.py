@@ -53,8 +53,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _render
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _render
 
 
 def install_set(plan, host, components, validate=None, paths=None):

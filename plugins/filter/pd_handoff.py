@@ -37,7 +37,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidence
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _pd_evidence
 
 
 def pd_handoff(log_text, request_id):

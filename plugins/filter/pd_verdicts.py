@@ -36,7 +36,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidence
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _pd_evidence
 
 
 def pd_verdicts(journals, request_ids):

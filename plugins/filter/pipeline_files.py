@@ -46,8 +46,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import pipeline_files as _pipeline_files
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import pipeline_files as _pipeline_files
 
 
 def pipeline_files(pipeline, plan, file=None):

@@ -51,8 +51,9 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import inventory_from_hostvars
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
 
 def plan(hostvars, groups):

@@ -35,7 +35,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import summary_lines
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import summary_lines
 
 
 def plan_summary(plan):

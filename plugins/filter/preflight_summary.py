@@ -32,8 +32,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _preflight
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _preflight
 
 
 def preflight_summary(reports):

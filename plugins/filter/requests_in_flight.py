@@ -39,7 +39,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _upgrade
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _upgrade
 
 
 def requests_in_flight(metrics):

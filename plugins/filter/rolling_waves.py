@@ -46,7 +46,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _rolling
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _rolling
 
 
 def rolling_waves(changed, serving, max_unavailable, whole_hosts=False):

@@ -40,7 +40,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
 
 
 def status_queries(plan):

@@ -29,7 +29,7 @@ _value:
   type: raw
 """
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _upgrade
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _upgrade
 
 
 def strip_secrets(texts):

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / ".collection"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _engine_check
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import (
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import (
     support_table,
     supported_versions,
 )

@@ -30,11 +30,11 @@ import yaml
 from conftest import OUTPUT, REPO, model_dir, run_checker
 from testlib import load_ansible_inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._expect import expected_pd, expected_stages
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._stage_config import check_document, check_launch
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import support_table
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._stage_config_checks import check_document, check_launch
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._expect import expected_pd, expected_stages
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 INVENTORIES = {f"golden/{p.name}": p / "inventory" for p in sorted((REPO / "tests" / "golden").iterdir())
                if (p / "inventory").is_dir()}

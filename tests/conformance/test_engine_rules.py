@@ -23,7 +23,7 @@ from pathlib import Path
 
 from conftest import OUTPUT, REPO, model_dir
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import (
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import (
     engine_rules,
     support_table,
     supported_versions,

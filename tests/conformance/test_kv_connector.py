@@ -17,8 +17,8 @@ import subprocess
 import pytest
 from conftest import OUTPUT, REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidence
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table, supported_versions
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import support_table, supported_versions
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _pd_evidence
 
 PROBE = REPO / "tests" / "conformance" / "kv_connector_probe.py"
 PD_VERSIONS = [v for v in supported_versions() if support_table()[v].kv_connector("mooncake")]

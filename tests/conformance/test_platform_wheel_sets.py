@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks, _platforms
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _locks, _platforms
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = REPO / "roles" / "artifacts" / "files" / "wheelhouse.py"

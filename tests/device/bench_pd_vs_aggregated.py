@@ -140,8 +140,8 @@ def fault(engine, pipeline: dict, plan: dict, stage: int, window: float, lead: f
     if unit is not None:
         restart = restart_unit(unit, engine, pipeline, model, kill, server_exit, window, deadline, health, watch)
         # A client's own request (256 tokens) after the relaunch, answered in full: what a user sees come back.
-        restart["clients_first_ok_s"] = faults.first_client_ok(load, kill, restart.get("relaunched_s"),
-                                                                EST["clients_after"], deadline or float("inf"))
+        restart["clients_first_ok_s"] = faults.first_client_ok(
+            load, kill, restart.get("relaunched_s"), EST["clients_after"], deadline or float("inf"))
     open_at_end = load.stop()
     hanging = load.still_open(kill)
     watch.poll()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pd_serving as serving
 import sandbox  # the engine unit's [Service] directives, as sandbox.py reads them
 
-sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils"))
+sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils" / "runtime"))
 import _pd_evidence
 
 # systemd's defaults where a unit does not say (systemd.service(5)); the engine unit says all three.

@@ -18,7 +18,7 @@ What it does, per scenario (a render of one ``tests/device/inventories/*.yml``):
    token is forced to end-of-sequence; records status, time to first token (TTFT), inter-token
    latency (ITL) and tokens per request;
 4. judges from the engine's log, request by request, whether each went prefill -> KV transfer ->
-   decode (the collection's own judge, ``plugins/plugin_utils/_pd_evidence.py``), and collects the
+   decode (the collection's own judge, ``plugins/plugin_utils/runtime/_pd_evidence.py``), and collects the
    bootstrap server's ``/query`` and Mooncake's listening ports (NIXL: its side channels and UCX ports)
    and the engine's failure lines;
 5. stops the pipeline (its whole process group) and moves on.
@@ -58,7 +58,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "plugins" / "plugin_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "plugin_utils" / "runtime"))
 import _pd_evidence  # the collection's judge, stdlib-only
 
 # The unpacked payload and the tiny model, outside /root (the engine unit has ProtectHome); a rehearsal moves it.

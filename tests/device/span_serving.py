@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import faults
 import pd_serving as serving
 
-sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils"))
+sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils" / "runtime"))
 import _pd_evidence
 
 # Seconds, for --estimate: two starts on one GPU, one after the other (the head to its prefill's KV cache, about
@@ -486,8 +486,8 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     for old in logs.glob("*.log"):
         old.unlink()
-    results: dict = {"machine": serving.nvidia_smi("--query-gpu=name,memory.total,driver_version",
-                                                    "--format=csv,noheader")}
+    results: dict = {"machine": serving.nvidia_smi(
+        "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")}
     if args.compile_bytecode:
         results["compile_bytecode"] = serving.compile_bytecode()
     try:

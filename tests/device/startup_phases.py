@@ -1,4 +1,4 @@
-"""The health wait's phase reader (plugin_utils/_progress.py: engine_phase) over a device run's engine
+"""The health wait's phase reader (plugin_utils/runtime/_progress.py: engine_phase) over a device run's engine
 logs: each line where the phase it reports changes, in order. Run on the device machine after
 ``pd_serving.sh run`` (the logs are in /srv/stage/logs)."""
 
@@ -10,7 +10,7 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Loaded from its file: the device copy of the checkout has no .collection link (only stdlib inside).
-_spec = importlib.util.spec_from_file_location("progress", REPO / "plugins/plugin_utils/_progress.py")
+_spec = importlib.util.spec_from_file_location("progress", REPO / "plugins/plugin_utils/runtime/_progress.py")
 progress = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(progress)
 

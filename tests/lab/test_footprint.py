@@ -25,7 +25,7 @@ import yaml
 from test_faults import CA_FILE, record  # measured numbers kept for docs/benchmarks.md
 from test_lab import KEY, LAB, lab, on, playbook, scenario  # the lab's own helpers (same directory)
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._upgrade import strip_secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._upgrade import strip_secrets
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 

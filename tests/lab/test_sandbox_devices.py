@@ -31,8 +31,8 @@ import urllib.request
 import pytest
 from test_lab import LAB, lab
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _hardening
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _hardening
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 

@@ -285,8 +285,8 @@ ENGINE_PROFILE = """
 import sys
 import tempfile
 sys.path.insert(0, ".collection")
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._hardening import unit_hardening
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import directives_text
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._hardening import unit_hardening
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._host_files import directives_text
 entries = unit_hardening("engine", "/var/lib/vllm-omni", "/var/lib/vllm-omni/hf")["engine"]
 print("[Service]\\nType=oneshot\\nUser=vllm-omni\\nExecStart=/bin/true\\n" + directives_text(entries))
 """

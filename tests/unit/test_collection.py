@@ -39,7 +39,7 @@ def test_tarball_ships_the_collection_and_no_tests_or_links(installed):
     _unused, tarball, _unused = installed
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
-    assert "plugins/plugin_utils/_planner.py" in names
+    assert "plugins/plugin_utils/plan/_planner.py" in names
     assert "data/support.yml" in names and "data/engines/0.26.0.yaml" in names
     assert "playbooks/render.yml" in names
     assert not any(n.startswith(("tests/", ".collection", ".ci/")) for n in names)

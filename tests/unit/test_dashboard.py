@@ -7,7 +7,7 @@ import re
 
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._observability import JOBS
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._observability import JOBS
 
 DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json").read_text())
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from testlib import REPO, load_ansible_inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import ENGINE_HOME, build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._names import ENGINE_HOME
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 
 def free_port() -> int:
@@ -245,8 +246,8 @@ def test_bench_runs_both_renders_with_one_spec_and_compares_them(bench_rehearsal
         assert "vllm:num_requests_running" in members[f"metrics-{name}.prom"]
         assert "vllm:num_requests_running" in members[f"metrics-{name}-after-load.prom"]
     estimate = document["call"]["estimate"]
-    assert [s["step"] for s in estimate["steps"]][:3] == ["pd: lay out, start, ready", "pd: grid of 2 cells",
-                                                        "pd: kill stage 1, restart, serve again"]
+    assert [s["step"] for s in estimate["steps"]][:3] == [
+        "pd: lay out, start, ready", "pd: grid of 2 cells", "pd: kill stage 1, restart, serve again"]
     assert "fault" not in agg  # an aggregated render has no stage to kill
     assert "Compare: pd vs agg" in stdout
 

@@ -15,8 +15,8 @@ import pytest
 from testlib import load_ansible_inventory
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import MARKER, render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import MARKER, render_tree
 
 GOLDEN = REPO / "tests" / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "inventory").is_dir())

@@ -32,7 +32,8 @@ import yaml
 from testlib import load_ansible_inventory
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
 CASES = yaml.safe_load((Path(__file__).parent / "hostile" / "cases.yml").read_text())
 BASE_HOSTS = {"gpu-a": {"ansible_host": "10.20.0.11", "vllm_omni_gpus": list(range(8))},

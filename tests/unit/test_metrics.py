@@ -17,7 +17,9 @@ import pytest
 import yaml
 from unitlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _observability, _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _observability
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _prometheus
 
 DATA = yaml.safe_load((REPO / "data" / "metrics.yml").read_text())
 DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json").read_text())
@@ -51,7 +53,7 @@ def dashboard_exprs() -> list[str]:
 
 
 def rule_exprs(plan: dict) -> list[str]:
-    return [rule["expr"] for group in _observability.alert_rules(plan) for rule in group["rules"]]
+    return [rule["expr"] for group in _prometheus.alert_rules(plan) for rule in group["rules"]]
 
 
 def test_the_dashboard_and_the_rules_query_only_listed_names():
@@ -66,7 +68,7 @@ def test_the_panels_and_rules_the_issue_asks_for_exist():
     titles = " | ".join(p["title"] for p in DASHBOARD["panels"])
     for wanted in ("TTFT", "ITL", "Queue", "KV cache usage", "KV hand-offs"):
         assert wanted in titles
-    alerts = {r["alert"] for g in _observability.alert_rules(GOLDEN_PLAN) for r in g["rules"]}
+    alerts = {r["alert"] for g in _prometheus.alert_rules(GOLDEN_PLAN) for r in g["rules"]}
     assert {"VllmOmniEngineDown", "VllmOmniPDHandoffFailures", "VllmOmniDecodeWaitingForKV",
             "VllmOmniTTFTOverObjective", "VllmOmniCertificateExpiresSoon"} <= alerts
 
@@ -74,17 +76,17 @@ def test_the_panels_and_rules_the_issue_asks_for_exist():
 def test_the_ttft_objective_is_the_plans_setting():
     plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
                                         "vllm_omni_alert_ttft_seconds": {"value": 0.75, "source": "inventory"}}}
-    (ttft,) = [r for g in _observability.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniTTFTOverObjective"]
+    (ttft,) = [r for g in _prometheus.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniTTFTOverObjective"]
     assert ttft["expr"].endswith("> 0.75") and "0.75 s" in ttft["annotations"]["summary"]
 
 
 def test_the_certificate_window_is_the_plans_setting_and_needs_a_front_door():
     plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
                                         "vllm_omni_alert_certificate_days": {"value": 30, "source": "inventory"}}}
-    (rule,) = [r for g in _observability.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniCertificateExpiresSoon"]
+    (rule,) = [r for g in _prometheus.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniCertificateExpiresSoon"]
     assert rule["expr"].endswith("/ 86400 < 30") and "30 days" in rule["annotations"]["summary"]
     assert 'job="vllm-omni-frontdoor"' in rule["expr"]
-    jobs = {j["job_name"]: j for j in _observability.scrape_configs(GOLDEN_PLAN, "/t")}
+    jobs = {j["job_name"]: j for j in _prometheus.scrape_configs(GOLDEN_PLAN, "/t")}
     # Read even when the certificate has expired (a verified scrape would fail then, and the alert resolve).
     assert jobs["vllm-omni-frontdoor"]["scheme"] == "https"
     assert jobs["vllm-omni-frontdoor"]["tls_config"] == {"insecure_skip_verify": True}
@@ -93,7 +95,7 @@ def test_the_certificate_window_is_the_plans_setting_and_needs_a_front_door():
                     for h, e in GOLDEN_PLAN["router"]["per_host"].items()]
     without = {**GOLDEN_PLAN, "router": {**GOLDEN_PLAN["router"],
                                          "frontdoor": {**GOLDEN_PLAN["router"]["frontdoor"], "enabled": False}}}
-    assert "VllmOmniCertificateExpiresSoon" not in {r["alert"] for g in _observability.alert_rules(without) for r in g["rules"]}
+    assert "VllmOmniCertificateExpiresSoon" not in {r["alert"] for g in _prometheus.alert_rules(without) for r in g["rules"]}
     assert "frontdoor" not in _observability.targets(without)
 
 
@@ -113,18 +115,18 @@ def self_signed(days: int) -> str:
 
 
 def test_the_front_doors_metrics_text_is_the_certificates_not_after_under_the_listed_name():
-    text = _observability.certificate_metrics(self_signed(90) + "-----BEGIN CERTIFICATE-----\nnot read\n")
+    text = _prometheus.certificate_metrics(self_signed(90) + "-----BEGIN CERTIFICATE-----\nnot read\n")
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     expires = datetime.datetime(2026, 4, 1, tzinfo=datetime.timezone.utc).timestamp()
     assert samples == [f"vllm_omni_frontdoor_certificate_expiry_timestamp_seconds {int(expires)}"]
     assert {line.split()[0] for line in samples} == set(DATA["frontdoor"]["metrics"])
     assert "# TYPE vllm_omni_frontdoor_certificate_expiry_timestamp_seconds gauge" in text
     with pytest.raises(ValueError):
-        _observability.certificate_metrics("")
+        _prometheus.certificate_metrics("")
 
 
 def test_aggregated_layouts_have_no_pd_rules():
-    alerts = {r["alert"] for g in _observability.alert_rules({**GOLDEN_PLAN, "layout": "aggregated"}) for r in g["rules"]}
+    alerts = {r["alert"] for g in _prometheus.alert_rules({**GOLDEN_PLAN, "layout": "aggregated"}) for r in g["rules"]}
     assert "VllmOmniPDHandoffFailures" not in alerts and "VllmOmniEngineDown" in alerts
 
 
@@ -165,7 +167,7 @@ def test_rendered_rules_pass_promtool(tmp_path, layout):
     if tool is None:
         pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
     rules = tmp_path / "vllm-omni.rules.yml"
-    rules.write_text(_observability.rules_text({**GOLDEN_PLAN, "layout": layout}))
+    rules.write_text(_prometheus.rules_text({**GOLDEN_PLAN, "layout": layout}))
     result = subprocess.run([tool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
@@ -177,15 +179,15 @@ def test_rendered_prometheus_config_with_the_front_door_job_passes_promtool(tmp_
         pytest.skip("promtool is neither on PATH nor in the lab's rootfs (make lab builds it)")
     from unitlib import one_host
 
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _host_files
 
     plan = build_plan(one_host(vllm_omni_monitoring_enabled=True))
     (host,) = plan["monitoring"]["per_host"]
     for stem, groups in _observability.targets(plan).items():
         (tmp_path / f"{stem}.json").write_text(json.dumps(groups))
-    (tmp_path / "rules.yml").write_text(_observability.rules_text(plan))
-    document = yaml.safe_load(_host_files.prometheus_config(plan, host, _observability.scrape_configs(plan, str(tmp_path))))
+    (tmp_path / "rules.yml").write_text(_prometheus.rules_text(plan))
+    document = yaml.safe_load(_host_files.prometheus_config(plan, host, _prometheus.scrape_configs(plan, str(tmp_path))))
     assert "vllm-omni-frontdoor" in {job["job_name"] for job in document["scrape_configs"]}
     # Every job's file_sd file is one the monitoring role installs (the plan's footprint).
     installed = {f["path"] for f in plan["footprint"][host]["files"] if f["component"] == "monitoring"}
@@ -226,7 +228,7 @@ def test_the_pd_client_ttft_is_prefills_plus_decodes_and_the_alert_fires_on_it(t
         pytest.skip("promtool is neither on PATH nor in the tool venv nor in the lab's rootfs")
     plan = {**GOLDEN_PLAN, "layout": "pd"}
     rules = tmp_path / "rules.yml"
-    rules.write_text(_observability.rules_text(plan))
+    rules.write_text(_prometheus.rules_text(plan))
     series = (_ttft_series("0", {"0.1": 0, "0.25": 60, "+Inf": 60}) + _ttft_series("1", {"1": 0, "2.5": 60, "+Inf": 60})
               + _ttft_series("2", {"10": 0, "20": 60, "+Inf": 60}))
     # Linear interpolation inside the one bucket each stage fills: p50 0.175 + 1.75, p99 0.2485 + 2.485.

@@ -34,7 +34,8 @@ def one_host(gpus=(0, 1, 2), ip="10.0.0.11", **settings) -> dict:
 
 def problems_of(inv: dict) -> list[str]:
     """The problem lines build_plan reports; fails the test when it plans successfully."""
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
     with pytest.raises(PlanError) as caught:
         build_plan(inv)

@@ -7,10 +7,11 @@ import math
 import pytest
 from unitlib import inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _artifacts
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._problems import PlanError
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _rsyncd
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -65,7 +66,7 @@ def test_serving_hosts_get_a_daemon_whose_modules_open_to_their_children_only():
     assert "hosts allow = 10.0.0.4\n" in tree["gpu-0001/artifacts/rsyncd.conf"]
     assert "gpu-0003/artifacts/rsyncd.conf" not in tree and "gpu-0002/artifacts/rsyncd.conf" not in tree
     sources = {i["id"]: f"/cache/{i['id']}" for i in plan["artifacts"]["items"]}
-    controller = _artifacts.controller_rsyncd_text(plan, sources, "/cache/rsyncd.log")
+    controller = _rsyncd.controller_rsyncd_text(plan, sources, "/cache/rsyncd.log")
     assert "use chroot = no" in controller and "transfer logging = yes" in controller
     assert "hosts allow = 10.0.0.1 10.0.0.2 10.0.0.3 10.0.0.4 10.9.0.1\n" in controller
 

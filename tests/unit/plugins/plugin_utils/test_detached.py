@@ -1,4 +1,4 @@
-"""What the long-running actions share (plugin_utils/_detached.py): a script run detached on the host
+"""What the long-running actions share (plugin_utils/runtime/_detached.py): a script run detached on the host
 (here the host is this machine, through a stand-in for the action's connection), whole-number options,
 and a progress printer that does not repeat itself."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._detached import (
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
     ProgressPrinter,
     run_detached,
     whole_numbers,

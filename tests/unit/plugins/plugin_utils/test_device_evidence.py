@@ -6,7 +6,7 @@ import json
 
 from unitlib import FIXTURES, inventory, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 EVIDENCE = FIXTURES / "device-h200x2"
 BUSY = FIXTURES / "device-h200x2-busy"

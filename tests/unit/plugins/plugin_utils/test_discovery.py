@@ -10,8 +10,9 @@ import pytest
 from testlib import load_ansible_inventory
 from unitlib import REPO, inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _discovery
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _discovery
 
 DEBIAN12 = {"distribution": "Debian", "major": "12", "version": "12.8", "machine": "x86_64"}
 DEBIAN13 = {"distribution": "Debian", "major": "13", "version": "13.2", "machine": "x86_64"}

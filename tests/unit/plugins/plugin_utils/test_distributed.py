@@ -6,9 +6,9 @@ import pytest
 from unitlib import gpu_facts as facts
 from unitlib import inventory, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _distributed
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _distributed
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 TEXT = {"vllm_omni_audio_output": False}
 

@@ -11,9 +11,10 @@ import subprocess
 import pytest
 from unitlib import inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _firewall
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _firewall
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _nftables
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 CLIENTS = ["10.77.0.1/32", "fd00:77::/64", "192.168.0.0/16"]
 
@@ -61,7 +62,7 @@ def test_the_peer_set_is_rendered_once_and_every_host_ruleset_includes_it():
 
 def test_each_port_accepts_loopback_established_peers_and_configured_clients_then_drops():
     plan = build_plan(fleet(2, vllm_omni_router_client_cidrs=CLIENTS))
-    edge = _firewall.ruleset_text(plan, "edge")
+    edge = _nftables.ruleset_text(plan, "edge")
     assert "set router_client_cidrs_v4 {\n    type ipv4_addr; flags interval;\n" \
            "    elements = { 10.77.0.1/32, 192.168.0.0/16 }\n  }" in edge
     assert "set router_client_cidrs_v6 {\n    type ipv6_addr; flags interval;\n    elements = { fd00:77::/64 }\n  }" in edge
@@ -72,7 +73,7 @@ def test_each_port_accepts_loopback_established_peers_and_configured_clients_the
             "    tcp dport 8000 ip saddr @router_client_cidrs_v4 accept\n"
             "    tcp dport 8000 ip6 saddr @router_client_cidrs_v6 accept\n"
             '    tcp dport 8000 counter drop comment "vllm-omni: router api, not a peer or client"\n') in chain
-    engine = _firewall.ruleset_text(plan, "gpu-0000")
+    engine = _nftables.ruleset_text(plan, "gpu-0000")
     assert "router_client_cidrs" not in engine  # the client networks reach the router port only
     rules = plan["firewall"]["per_host"]["gpu-0000"]["rules"]
     assert rules, "an engine host has planned ports"
@@ -110,7 +111,7 @@ def test_addresses_are_parsed_once_per_plan_not_once_per_host(monkeypatch):
             return ipaddress.ip_network(value)
 
     monkeypatch.setattr(_firewall, "ipaddress", Counting())
-    _firewall._split.cache_clear()
+    _nftables._split.cache_clear()
     render_tree(plan)
     render_tree(plan)
     assert sorted(calls) == sorted(set(calls)) and len(calls) <= len(CLIENTS) + 1, calls

@@ -7,8 +7,9 @@ import copy
 import pytest
 from unitlib import inventory, one_host
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _footprint, _render
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _footprint
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _render
 
 
 def everything_plan():

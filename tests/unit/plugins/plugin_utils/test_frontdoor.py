@@ -7,9 +7,9 @@ import re
 import pytest
 from unitlib import inventory, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_files
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _host_files
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 
 def with_router(**settings):
@@ -154,7 +154,7 @@ def test_engine_host_settings_on_a_router_only_host_are_warned_about():
 
 
 def test_the_render_root_holds_the_hosts_and_the_shared_names_only():
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._hosts import RENDER_SHARED_NAMES
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._hosts import RENDER_SHARED_NAMES
     plan = build_plan(with_router(vllm_omni_monitoring_enabled=True))
     roots = {key.split("/", 1)[0] for key in render_tree(plan)}
     assert roots - set(plan["footprint"]) == RENDER_SHARED_NAMES

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from unitlib import one_host
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _hardening
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import directives_text
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _hardening
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._host_files import directives_text
 
 NVIDIA_AND_RDMA = ["char-nvidia rw", "char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw",
                    "char-infiniband_verbs rw", "/dev/infiniband/rdma_cm rw"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from unitlib import inventory, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _host_platforms, _locks, _platforms
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._problems import Problems
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._summary import summary_lines
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _locks, _platforms
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _host_platforms
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import summary_lines
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 OS = {
     "debian12": {"distribution": "Debian", "major": "12", "version": "12.8", "machine": "x86_64"},

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from unitlib import one_host
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _locks, _platforms
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _locks, _platforms
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 ROOT = Path(__file__).resolve().parents[4]
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==(\S+)")

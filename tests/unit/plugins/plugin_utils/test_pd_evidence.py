@@ -7,7 +7,7 @@ import ast
 import pytest
 from testlib import REPO
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _pd_evidence
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _pd_evidence
 
 RID = "vllm-omni-serve-check-20261201-omni0"
 PREFILL = (f"INFO 12-01 [vllm_omni_serve_kv.py:118] vllm_omni.serve PD prefill handed off "

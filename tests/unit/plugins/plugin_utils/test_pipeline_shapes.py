@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from unitlib import one_host, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 
 def only_pipeline(plan):

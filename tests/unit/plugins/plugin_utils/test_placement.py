@@ -8,7 +8,7 @@ import pytest
 from unitlib import FIXTURES, gpu_facts, in_fresh_interpreters, inventory, problems_of
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 facts = gpu_facts
 

@@ -7,7 +7,8 @@ import json
 import pytest
 from unitlib import in_fresh_interpreters, inventory, one_host, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
 
 def pipelines(plan, host="gpu-a"):
@@ -161,7 +162,7 @@ def test_a_connector_setting_that_cannot_take_effect_is_said():
 def test_a_connector_the_version_does_not_run_is_refused(monkeypatch):
     from dataclasses import replace
 
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data
 
     table = dict(_engine_data.support_table())
     table["0.26.0"] = replace(table["0.26.0"], kv_connectors={"mooncake": table["0.26.0"].kv_connectors["mooncake"]})
@@ -301,7 +302,7 @@ def test_settings_report_what_was_set_and_what_defaulted():
 def test_plan_is_json_serialisable_and_the_same_in_every_interpreter():
     """Key order included (plan.json keeps the plan's order): a plan that followed a set's hash order would differ."""
     script = ("import json; from unitlib import inventory; "
-              "from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan; "
+              "from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan; "
               "hosts = {f'gpu-{i}': {'ansible_host': f'10.0.0.{10 + i}', 'vllm_omni_gpus': list(range(8))} for i in range(3)}; "
               "clients = {'vllm_omni_router_client_cidrs': ['10.1.0.0/16', '10.2.0.0/16']}; "
               "print(json.dumps(build_plan(inventory(hosts, clients))))")
@@ -468,7 +469,8 @@ def test_one_error_lists_every_problem_and_merges_hosts_sharing_one():
 
 def test_every_engine_rule_is_about_an_override_the_planner_passes_through():
     """data/engine_rules.yml: each bounded name is an overridable key of its kind, each version's rules resolve."""
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _engine_data, _stages
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _stages
 
     for version in _engine_data.supported_versions():
         rules = _engine_data.engine_rules(version)
@@ -484,7 +486,7 @@ def test_every_engine_rule_is_about_an_override_the_planner_passes_through():
 def test_gc_paused_resumes_the_collector_and_leaves_nothing_young_or_frozen():
     import gc
 
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import gc_paused
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
     with pytest.raises(ValueError), gc_paused():
@@ -507,7 +509,7 @@ def test_gc_paused_resumes_the_collector_and_leaves_nothing_young_or_frozen():
 def test_gc_paused_leaves_a_process_s_own_frozen_objects_frozen():
     import gc
 
-    from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import gc_paused
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import gc_paused
 
     gc.freeze()
     try:

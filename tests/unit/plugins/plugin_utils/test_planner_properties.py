@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import PlanError, build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 
 gpu_sets = st.lists(st.integers(min_value=0, max_value=15), min_size=1, max_size=16, unique=True)
 layouts = st.sampled_from([("0.26.0", "pd"), ("0.26.0", "aggregated"), ("0.30.0", "aggregated")])

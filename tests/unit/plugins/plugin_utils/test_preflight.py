@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from unitlib import inventory
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._preflight import evaluate, summary_table
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._preflight import evaluate, summary_table
 
 GIB = 1024 ** 3
 

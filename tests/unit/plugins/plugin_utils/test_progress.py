@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._progress import (
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import (
     engine_phase,
     health_wait_line,
     latest,

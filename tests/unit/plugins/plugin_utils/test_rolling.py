@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _rolling
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._settings import SettingError, check_max_unavailable
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._checkers import SettingError, check_max_unavailable
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _rolling
 
 
 def test_one_at_a_time_round_robin_over_hosts():

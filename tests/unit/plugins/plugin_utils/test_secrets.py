@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _secrets
 
 KEY = "abcdefghijklmnopqrstuvwxyz0123456789"
 

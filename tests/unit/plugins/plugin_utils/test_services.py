@@ -7,8 +7,8 @@ import json
 from testlib import load_ansible_inventory
 from unitlib import REPO, inventory, one_host, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._render import render_tree
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 
 def two_hosts_and_router(**settings):

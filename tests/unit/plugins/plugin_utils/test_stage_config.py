@@ -8,9 +8,9 @@ import pytest
 import yaml
 from unitlib import FIXTURES, one_host
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._engine_data import support_table
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._planner import build_plan
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils._stage_config import check_document, check_launch
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import support_table
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._stage_config_checks import check_document, check_launch
 
 V026, V030 = support_table()["0.26.0"], support_table()["0.30.0"]
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _status
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
 
 NOW = datetime.datetime(2027, 1, 1, tzinfo=datetime.timezone.utc)
 

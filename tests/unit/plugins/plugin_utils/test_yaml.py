@@ -6,7 +6,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils import _yaml
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _yaml
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63)
            | st.floats(allow_nan=False) | st.text(max_size=20))

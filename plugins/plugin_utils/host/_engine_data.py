@@ -1,0 +1,120 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The support table (``data/support.yml``), per-version engine data (``data/engines/``) and the engine's
+own rules for the overrides the collection passes through (``data/engine_rules.yml``).
+
+Both ship inside the collection, so the planner works the same from a checkout and from an
+installed collection. The files are read once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+try:
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # PyYAML without libyaml
+    _Loader = yaml.SafeLoader
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """One row of the support table plus what the engine itself told us about that version."""
+
+    version: str
+    vllm: str
+    wheel_cuda_major: int
+    schema: str  # "stage_args" (legacy) or "stages" (deploy schema)
+    config_flag: str
+    layouts: tuple[str, ...]
+    pd_refused_because: str
+    data: dict[str, Any]
+    # The KV connectors this version's PD stages can load, by transport (vllm_omni_kv_connector:
+    # mooncake, nixl): the collection's class for each ({module, class, revision}). Empty where the
+    # version runs no PD.
+    kv_connectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Whether a request's sampling fields (max_tokens, temperature, ...) reach the PD decode stage.
+    pd_request_sampling_reaches_decode: bool = True
+
+    def kv_connector(self, transport: str) -> dict[str, Any] | None:
+        """The collection's connector class for ``transport`` on this version, or None where it has none."""
+        spec = self.kv_connectors.get(transport)
+        return dict(spec) if spec else None
+
+    @property
+    def importables(self) -> frozenset[str]:
+        return frozenset(self.data["importables"])
+
+    @property
+    def serve_flags(self) -> frozenset[str]:
+        return frozenset(self.data["serve_flags"])
+
+
+def _load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_Loader)  # noqa: S506 - CSafeLoader/SafeLoader only
+
+
+@functools.cache
+def support_table() -> dict[str, EngineVersion]:
+    table = _load_yaml(DATA_DIR / "support.yml")["versions"]
+    rows = {}
+    for version, row in table.items():
+        rows[version] = EngineVersion(
+            version=version,
+            vllm=row["vllm"],
+            wheel_cuda_major=int(row["wheel_cuda_major"]),
+            schema=row["schema"],
+            config_flag=row["config_flag"],
+            layouts=tuple(row["layouts"]),
+            pd_refused_because=" ".join(str(row.get("pd_refused_because", "")).split()),
+            data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
+            kv_connectors={name: dict(spec) for name, spec in (row.get("kv_connectors") or {}).items()},
+            pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
+        )
+    return rows
+
+
+@functools.cache
+def engine_rules(version: str) -> dict[str, Any]:
+    """The engine's rules for overrides of ``version`` ({sampling, engine_args, cross, model_max_len}); {} if none.
+
+    A version may ``inherit`` another's rules (the same validators in vLLM) and add or replace its own."""
+    table = _load_yaml(DATA_DIR / "engine_rules.yml")["versions"]
+    seen: list[str] = []
+    rules: dict[str, Any] = {}
+    while version in table and version not in seen:
+        seen.append(version)
+        version = table[version].get("inherit", "")
+    for name in reversed(seen):
+        for section, values in table[name].items():
+            if section != "inherit":
+                rules[section] = {**rules.get(section, {}), **values}
+    return rules
+
+
+def supported_versions() -> list[str]:
+    return sorted(support_table(), key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def versions_with_layout(layout: str) -> list[str]:
+    return [v for v in supported_versions() if layout in support_table()[v].layouts]
+
+
+def versions_with_schema(schema: str) -> list[str]:
+    return [v for v in supported_versions() if support_table()[v].schema == schema]
+
+
+@functools.cache
+def companions() -> dict[str, Any]:
+    """Pinned companion packages (simulator, router, Mooncake and NIXL variants)."""
+    return _load_yaml(DATA_DIR / "support.yml")["companions"]

@@ -1,0 +1,176 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The services around the pipelines: the router in front, the optional Mooncake master.
+
+Same rule as for pipelines: every port, path, version and argv is decided here, once; the roles
+only install and start what the plan says.
+"""
+
+from __future__ import annotations
+
+from ..host import _engine_data, _locks, _names
+
+
+def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
+    """vllm-router's command line: on loopback behind the front door, on the host's address without one."""
+    frontdoor = settings["vllm_omni_frontdoor_enabled"]
+    listen = ("127.0.0.1", settings["vllm_omni_router_backend_port"]) if frontdoor else (ip, settings["vllm_omni_router_port"])
+    argv = [
+        f"{venv}/bin/vllm-router", "--host", listen[0], "--port", str(listen[1]),
+        "--worker-urls", *worker_urls,
+        "--policy", settings["vllm_omni_router_policy"],
+        "--prometheus-host", ip, "--prometheus-port", str(settings["vllm_omni_router_metrics_port"]),
+        "--health-check-endpoint", "/health",
+        "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
+        "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
+        # The router starts after the pipelines are healthy; if one is down it still starts after
+        # this wait and its health checker keeps the dead pipeline out until it answers.
+        "--worker-startup-timeout-secs", "120",
+        "--worker-startup-check-interval", "2",
+        "--log-level", settings["vllm_omni_router_log_level"],
+    ]
+    retries = settings["vllm_omni_router_max_retries"]
+    argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
+    failures = settings["vllm_omni_router_cb_failure_threshold"]
+    argv += (["--cb-failure-threshold", str(failures),
+              "--cb-timeout-duration-secs", str(settings["vllm_omni_router_cb_timeout"])]
+             if failures else ["--disable-circuit-breaker"])
+    return argv
+
+
+def frontdoor_plan(settings: dict) -> dict:
+    """The TLS front door (nginx) of the router hosts: where its files go and where the certificate comes from.
+
+    ``ca``: the CA file on the router hosts that the collection's checks verify the door against (the
+    collection's own CA, or the operator's vllm_omni_tls_ca_file); None: the system's trust store.
+    """
+    enabled = settings["vllm_omni_frontdoor_enabled"]
+    provided = settings["vllm_omni_tls_cert_file"] is not None
+    ca_file = settings["vllm_omni_tls_ca_file"]
+    return {
+        "enabled": enabled,
+        "package": "nginx",
+        "service": _names.FRONTDOOR_UNIT,
+        "config": _names.FRONTDOOR_CONFIG,
+        # Debian's package enables a welcome page on port 80; the role takes that link away (see its README).
+        "distribution_site": _names.NGINX_DEFAULT_SITE,
+        "directory": _names.FRONTDOOR_DIR,
+        "api_keys": _names.FRONTDOOR_API_KEYS if settings["vllm_omni_api_key_required"] else None,
+        "certificate": _names.FRONTDOOR_CERT,
+        "certificate_key": _names.FRONTDOOR_CERT_KEY,
+        "ca": _names.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
+        # The certificate's notAfter (Unix time), written by the frontdoor role from the certificate it installed and
+        # served at the door's /metrics (no key: public, as the certificate itself is) for Prometheus' expiry alert.
+        "metrics": _names.FRONTDOOR_METRICS,
+        "access_log": _names.FRONTDOOR_ACCESS_LOG,
+        # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
+        "tls": {"source": "provided" if provided else "generated", "cert_file": settings["vllm_omni_tls_cert_file"],
+                "key_file": settings["vllm_omni_tls_key_file"], "ca_file": ca_file} if enabled else None,
+    }
+
+
+def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
+    version = _engine_data.companions()["vllm_router"]
+    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"vllm-router-{version}")
+    port, metrics = settings["vllm_omni_router_port"], settings["vllm_omni_router_metrics_port"]
+    frontdoor = frontdoor_plan(settings)
+    backend = settings["vllm_omni_router_backend_port"]
+    scheme = "https" if frontdoor["enabled"] else "http"
+    per_host = {}
+    for host in sorted(hosts):
+        ip = ips[host]
+        per_host[host] = {
+            "ip": ip,
+            "url": f"{scheme}://{ip}:{port}",  # what clients use (the front door when there is one)
+            # vllm-router itself: its admin API (membership, drain) is reached from the router host only.
+            "admin_url": f"http://127.0.0.1:{backend}" if frontdoor["enabled"] else f"http://{ip}:{port}",
+            "metrics_url": f"http://{ip}:{metrics}/metrics",
+            "argv": _router_argv(settings, venv, ip, worker_urls),
+        }
+    listen = [{"service": "router", "purpose": "api", "first": port, "last": port},
+              {"service": "router", "purpose": "metrics", "first": metrics, "last": metrics}]
+    if frontdoor["enabled"]:
+        listen.append({"service": "router", "purpose": "backend", "first": backend, "last": backend, "loopback": True})
+    return {
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "unit": _names.ROUTER_UNIT,
+        "shape_file": _names.ROUTER_SHAPE,  # its argv without the workers: a change restarts the router
+        "package": f"vllm-router=={version}",
+        "lock": _locks.router_lock(),  # per platform: the plan's locks[platform][name]
+        "venv": venv,
+        "port": port,
+        "metrics_port": metrics,
+        "policy": settings["vllm_omni_router_policy"],
+        "api_key_required": settings["vllm_omni_api_key_required"],
+        "request_timeout": settings["vllm_omni_router_request_timeout"],
+        "frontdoor": frontdoor,
+        "worker_urls": list(worker_urls),
+        "per_host": per_host,
+        "listen_ports": {host: [dict(r) for r in listen] for host in sorted(hosts)},
+    }
+
+
+MASTER_UNIT = _names.MASTER_UNIT
+
+
+def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
+    if not settings["vllm_omni_mooncake_master_enabled"]:
+        return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
+    variant = _engine_data.companions()["mooncake"]["none"]  # the master needs no GPU
+    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"mooncake-master-{variant['version']}")
+    rpc, http = settings["vllm_omni_mooncake_master_rpc_port"], settings["vllm_omni_mooncake_master_metrics_port"]
+    per_host = {}
+    for host in sorted(hosts):
+        ip = ips[host]
+        per_host[host] = {
+            "ip": ip,
+            "rpc_address": f"{ip}:{rpc}",
+            "health_url": f"http://{ip}:{http}/health",
+            "metrics_url": f"http://{ip}:{http}/metrics",
+            # Bound to the host's address, not 0.0.0.0. The embedded HTTP metadata server stays off:
+            # it ignores its host flag and binds every interface (docs/mooncake.md).
+            "argv": [f"{venv}/bin/mooncake_master", f"--rpc_address={ip}", f"--rpc_port={rpc}",
+                     f"--metrics_host={ip}", f"--metrics_port={http}", "--enable_http_metadata_server=false",
+                     "--logtostderr=true"],
+        }
+    return {
+        "enabled": True,
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "unit": MASTER_UNIT,
+        "package": f"{variant['package']}=={variant['version']}",
+        "lock": _locks.master_lock(),
+        "venv": venv,
+        "rpc_port": rpc,
+        "metrics_port": http,
+        "per_host": per_host,
+        "listen_ports": {host: [{"service": "mooncake_master", "purpose": "rpc", "first": rpc, "last": rpc},
+                                {"service": "mooncake_master", "purpose": "http", "first": http, "last": http}]
+                         for host in sorted(hosts)},
+    }
+
+
+def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
+    if not settings["vllm_omni_monitoring_enabled"]:
+        return {"enabled": False, "hosts": []}
+    port = settings["vllm_omni_prometheus_port"]
+    # file_sd target files (_observability.targets): engines and routers always, the front doors' and the master's
+    # when they run.
+    stems = (["engines", "routers"] + (["frontdoor"] if settings["vllm_omni_frontdoor_enabled"] else [])
+             + (["mooncake-master"] if settings["vllm_omni_mooncake_master_enabled"] else []))
+    return {
+        "enabled": True,
+        "hosts": sorted(hosts),
+        "defaulted": defaulted,
+        "port": port,
+        "unit": _names.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
+        "targets_dir": _names.PROMETHEUS_TARGETS_DIR,
+        "target_files": [f"{stem}.json" for stem in stems],
+        "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",
+                            "listen_address": f"{ips[host]}:{port}"} for host in sorted(hosts)},
+        "listen_ports": {host: [{"service": "prometheus", "purpose": "web", "first": port, "last": port}]
+                         for host in sorted(hosts)},
+    }

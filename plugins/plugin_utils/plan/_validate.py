@@ -1,0 +1,368 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""The deployment-wide checks: every setting that is one value for all hosts, and what follows from them.
+
+Setting names (unknown, misspelled, removed), the deployment settings (one value on every engine
+host), the engine version against the layout, per-stage overrides, the GPU memory the stages of
+one GPU claim together, and the environment users may add. Checks add to a ``Problems``
+collector and go on, so one run reports every problem; ``deployment`` runs them in the order their
+problems are reported and returns the ``Deployment`` every host and pipeline is planned in.
+The checks of one host's own values (address, GPUs, pipeline count, ports) live in ``_hosts`` and
+``_ports``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import ipaddress
+from typing import Any
+
+from ..host import _engine_data, _names
+from ..host._engine_data import EngineVersion
+from . import _artifacts
+from ._checkers import SettingError, show
+from ._deployment import Deployment
+from ._extra_env import check_extra_env
+from ._hosts import ENGINE_GROUP
+from ._path_checks import inside
+from ._problems import ALL_HOSTS, Problems, host_where
+from ._settings import BY_NAME, COMPUTED_FACTS, DEPLOYMENT, REMOVED_SETTINGS, SETTINGS
+from ._stage_checks import check_engine_rules, check_gpu_memory, shared_gpu_split, stage_overrides
+
+
+@functools.lru_cache(maxsize=1024)  # every host carries the same names (ansible_host, ...)
+def _close_match(name: str, cutoff: float) -> str | None:
+    guess = difflib.get_close_matches(name, list(BY_NAME), n=1, cutoff=cutoff)
+    return guess[0] if guess else None
+
+
+def _indirection(name: str) -> bool:
+    """``vault_vllm_omni_api_key`` and the like: a variable a setting's value refers to, not a misspelling."""
+    return any(name.endswith("_" + setting) for setting in BY_NAME)
+
+
+def check_names(host: str, variables: dict, problems: Problems) -> None:
+    """Unknown, misspelled (also by case only) and removed settings."""
+    for name in variables:
+        if name in BY_NAME or name in COMPUTED_FACTS or _indirection(name):
+            continue
+        lowered = [setting for setting in BY_NAME if setting == name.lower()]
+        if lowered:
+            problems.add(host_where(host), name, "differs from a setting only in case; Ansible variable names are "
+                         "case-sensitive, so it would be ignored", f"write {lowered[0]}")
+            continue
+        if name in REMOVED_SETTINGS:
+            problems.add(host_where(host), name, f"was removed: {REMOVED_SETTINGS[name]}")
+            continue
+        if name.startswith("vllm_omni_"):
+            guess = _close_match(name, 0.6)
+            fix = f"did you mean {guess}?" if guess else "see docs/variables.md for the settings"
+            problems.add(host_where(host), name, "is not a setting of vllm_omni.serve", fix)
+            continue
+        guess = _close_match(name, 0.85)
+        if guess:
+            problems.add(host_where(host), name, "looks like a misspelled setting", f"did you mean {guess}?")
+
+
+def deployment_settings(engine_hosts: list[str], hostvars: dict, problems: Problems) -> tuple[dict, dict]:
+    """(value, source) of every deployment setting: its default, or the one value every engine host sets."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        if setting.scope != DEPLOYMENT:
+            continue
+        seen = {host: hostvars[host][setting.name] for host in engine_hosts if setting.name in hostvars[host]}
+        if not seen:
+            values[setting.name] = setting.default
+            sources[setting.name] = "default"
+            continue
+        if len(seen) != len(engine_hosts):
+            missing = [h for h in engine_hosts if h not in seen]
+            problems.add(ALL_HOSTS, setting.name,
+                         f"is set on some hosts but not on {', '.join(missing[:3])}"
+                         f"{' ...' if len(missing) > 3 else ''}; it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml")
+            continue
+        first = next(iter(seen.values()))
+        same = all(type(v) is type(first) and v == first for v in seen.values())
+        distinct = {} if same else {show(v): h for h, v in seen.items()}
+        if len(distinct) > 1:
+            examples = ", ".join(f"{h}: {v}" for v, h in list(distinct.items())[:3])
+            problems.add(ALL_HOSTS, setting.name,
+                         f"differs between hosts ({examples}); it is one value for the whole deployment",
+                         f"set it once in group_vars/{ENGINE_GROUP}.yml and remove the host_vars copies")
+            continue
+        raw = next(iter(seen.values()))
+        try:
+            values[setting.name] = setting.validate(raw)
+            sources[setting.name] = "inventory"
+        except SettingError as error:
+            problems.setting(ALL_HOSTS, setting.name, error)
+    return values, sources
+
+
+# Host settings only an engine host reads (GPUs, pipeline count); a service-only host's vllm_omni_ip is read.
+ENGINE_HOST_SETTINGS = ("vllm_omni_gpus", "vllm_omni_pipelines_per_host", "vllm_omni_span_group")
+
+
+def check_service_host_settings(service_hosts: list[str], hostvars: dict, settings: dict,
+                                problems: Problems) -> list[str]:
+    """Settings on hosts that run services but no pipeline; returns warnings.
+
+    Deployment settings are read from the engine hosts: a router-only host that sets one to another
+    value (``host_vars/edge.yml: vllm_omni_router_port: 9000``) would be ignored without a word, so it is
+    refused. The same value (``group_vars/all``) is fine. Engine-host settings there are only warned about.
+    """
+    warnings = []
+    for host in service_hosts:
+        variables = hostvars.get(host, {})
+        for setting in SETTINGS:
+            if setting.scope != DEPLOYMENT or setting.name not in variables:
+                continue
+            try:
+                value = setting.validate(variables[setting.name])
+            except SettingError as error:
+                problems.setting(host_where(host), setting.name, error)
+                continue
+            if value != settings[setting.name]:
+                problems.add(host_where(host), setting.name,
+                             f"is {show(value)} here, but deployment settings are read from the engine hosts "
+                             f"(group {ENGINE_GROUP}), where it is {show(settings[setting.name])}: this value would "
+                             "be ignored", f"set it once for the deployment (group_vars/all.yml or group_vars/"
+                             f"{ENGINE_GROUP}.yml) and remove it from {host}'s variables")
+        unread = [name for name in ENGINE_HOST_SETTINGS if name in variables]
+        if unread:
+            warnings.append(f"host {host} runs no pipeline, so {', '.join(unread)} is not read there")
+    return warnings
+
+
+def deployment(settings: dict, sources: dict, problems: Problems) -> Deployment:
+    """The deployment-wide checks that need valid deployment settings, and the context they establish."""
+    engine = check_version_layout(settings, problems)
+    check_extra_env(settings, problems)
+    layout = settings["vllm_omni_layout"]
+    overrides = stage_overrides(settings, layout, problems)
+    overrides, planner_shares = shared_gpu_split(settings, layout, overrides)
+    context = Deployment(settings, sources, engine, overrides, planner_shares)
+    if engine is not None:
+        check_gpu_memory(context, problems)
+        check_engine_rules(context, problems)
+    check_rdma_devices(settings, problems)
+    check_roots(settings, problems)
+    check_tls(settings, problems)
+    _artifacts.check_model_source(settings, problems)
+    if not check_replicas(context, problems):
+        problems.raise_if_any()  # every host's processes and ports would follow from counts that cannot be
+    return context
+
+
+# Flags of vLLM-Omni's stage-based runtime that distributed pipelines use (headless comes from vLLM).
+DISTRIBUTED_FLAGS = ("--stage-id", "--omni-master-address", "--omni-master-port", "--omni-replica-address",
+                     "--omni-lb-policy")
+
+
+def check_replicas(context: Deployment, problems: Problems) -> bool:
+    """xPyD replicas only where a pipeline's engines can run as processes of their own; False after a problem."""
+    settings = context.settings
+    asked = [name for name in ("vllm_omni_prefill_replicas", "vllm_omni_decode_replicas") if settings[name] > 1]
+    if not asked:
+        return True
+    before = len(problems)
+    name = asked[0]
+    if settings["vllm_omni_layout"] != "pd":
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, but vllm_omni_layout is {settings['vllm_omni_layout']}: "
+                     "replicas are prefill and decode engines", "set vllm_omni_layout: pd, or remove the replica counts")
+    elif settings["vllm_omni_audio_output"]:
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, which runs each engine as a process of its own, but "
+                     "vllm_omni_audio_output is true: vLLM-Omni 0.26 hands decode's output to the talker through host "
+                     "shared memory, which does not reach another process's stage",
+                     "set vllm_omni_audio_output: false (text out), or keep one prefill and one decode engine")
+    elif settings["vllm_omni_share_gpus"]:
+        problems.add(ALL_HOSTS, name, f"is {settings[name]}, but vllm_omni_share_gpus puts every stage on one GPU "
+                     "group of one process", "set vllm_omni_share_gpus: false, or keep one engine per stage")
+    elif context.engine is not None:
+        missing = [flag for flag in DISTRIBUTED_FLAGS if flag not in context.engine.serve_flags]
+        if missing:
+            problems.add(ALL_HOSTS, name, f"needs vLLM-Omni's stage-based runtime, and {context.engine.version} "
+                         f"has no {', '.join(missing)}", "use a version with it (README, Support matrix), or keep one "
+                         "engine per stage")
+    return len(problems) == before
+
+
+def check_tls(settings: dict, problems: Problems) -> None:
+    cert, key = settings["vllm_omni_tls_cert_file"], settings["vllm_omni_tls_key_file"]
+    if (cert is None) != (key is None):
+        given, missing = ("vllm_omni_tls_cert_file", "vllm_omni_tls_key_file") if key is None else \
+            ("vllm_omni_tls_key_file", "vllm_omni_tls_cert_file")
+        problems.add(ALL_HOSTS, missing, f"is not set, but {given} is: the front door needs both",
+                     f"set {missing} too, or neither (the collection then makes its own CA)")
+    elif cert is not None and not settings["vllm_omni_frontdoor_enabled"]:
+        problems.add(ALL_HOSTS, "vllm_omni_tls_cert_file", "is set, but vllm_omni_frontdoor_enabled is false, so "
+                     "nothing would use it", "set vllm_omni_frontdoor_enabled: true, or remove the TLS settings")
+    elif settings["vllm_omni_tls_ca_file"] is not None and cert is None:
+        problems.add(ALL_HOSTS, "vllm_omni_tls_ca_file", "is set without vllm_omni_tls_cert_file: the collection's "
+                     "own CA signs the certificates it makes", "set vllm_omni_tls_cert_file and vllm_omni_tls_key_file "
+                     "too, or remove vllm_omni_tls_ca_file")
+
+
+def check_roots(settings: dict, problems: Problems) -> None:
+    """The three roots apart from each other and from the service accounts' homes and the state directory.
+
+    A root inside the model cache or the engine user's home could be swapped by that user, and root
+    runs what is in it (the venv's python); the model cache inside another root would go with
+    uninstall, which keeps it; a root holding a service home would take that home along.
+    """
+    roots = {name: settings[name] for name in ("vllm_omni_install_root", "vllm_omni_config_root", "vllm_omni_hf_home")}
+    owned = {"the engine user's home": _names.ENGINE_HOME, "the router user's home": _names.ROUTER_ACCOUNT[2],
+             "the Mooncake master user's home": _names.MASTER_ACCOUNT[2],
+             "the collection's state directory": _names.STATE_DIR}
+    names = list(roots)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            a, b = roots[first], roots[second]
+            if inside(a, b) or inside(b, a):
+                problems.add(ALL_HOSTS, f"{first} / {second}", f"overlap ({a} and {b}): each root must be a tree "
+                             "of its own (uninstall removes the install and config roots and keeps the model cache)",
+                             f"move {second} out of {first}'s tree, e.g. /opt/vllm-omni, /etc/vllm-omni, "
+                             "/var/lib/vllm-omni/hf")
+    for name, path in roots.items():
+        for what, other in owned.items():
+            allowed = name == "vllm_omni_hf_home" and what == "the engine user's home"  # its cache, its data
+            if not allowed and (inside(path, other) or inside(other, path)):
+                problems.add(ALL_HOSTS, name, f"is {path}, which overlaps {what} ({other}): that user could replace "
+                             "what root installs and runs there, or uninstall would take the home along",
+                             f"choose a directory outside {other}")
+
+
+def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | None:
+    """The engine version's data, when it runs the layout (and text-only pipelines where asked); None otherwise."""
+    version = settings["vllm_omni_version"]
+    table = _engine_data.support_table()
+    if version not in table:
+        problems.add(ALL_HOSTS, "vllm_omni_version",
+                     f"is {show(version)}, which this collection has not been checked against",
+                     f"use one of: {', '.join(_engine_data.supported_versions())}")
+        return None
+    engine = table[version]
+    layout = settings["vllm_omni_layout"]
+    if layout not in engine.layouts:
+        with_layout = _engine_data.versions_with_layout(layout)
+        problems.add(ALL_HOSTS, "vllm_omni_layout",
+                     f"is {layout}, which vLLM-Omni {version} cannot run: {engine.pd_refused_because}",
+                     f"set vllm_omni_version to {' or '.join(with_layout)} for {layout}, "
+                     f"or vllm_omni_layout: {engine.layouts[0]}")
+        return None
+    connector = settings["vllm_omni_kv_connector"]
+    if layout == "pd" and connector not in engine.kv_connectors:
+        with_connector = [v for v in _engine_data.versions_with_layout("pd")
+                          if connector in _engine_data.support_table()[v].kv_connectors]
+        problems.add(ALL_HOSTS, "vllm_omni_kv_connector",
+                     f"is {connector}, which the collection does not run with vLLM-Omni {version} "
+                     f"(its PD connectors: {', '.join(sorted(engine.kv_connectors)) or 'none'})",
+                     (f"set vllm_omni_version to {' or '.join(with_connector)} for {connector}, or " if with_connector
+                      else "set ") + f"vllm_omni_kv_connector to one of: {', '.join(sorted(engine.kv_connectors))}")
+        return None
+    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args":
+        problems.add(ALL_HOSTS, "vllm_omni_audio_output",
+                     f"is false, but vLLM-Omni {version}'s stages: schema cannot drop the talker and code2wav stages "
+                     "(its Qwen3-Omni pipeline is fixed in Python)",
+                     f"set vllm_omni_version to {' or '.join(_engine_data.versions_with_schema('stage_args'))} "
+                     "for text-only pipelines, or vllm_omni_audio_output: true")
+        return None
+    return engine
+
+
+def check_fanout_address(settings: dict, ips: dict[str, str | None], problems: Problems) -> None:
+    """The address hosts pull the first copy of each artifact from must be one they can reach."""
+    address = settings["vllm_omni_artifact_controller_address"]
+    if address is None:
+        return
+    parsed = ipaddress.ip_address(address)
+    remote = sorted(h for h, ip in ips.items() if ip is not None and not ipaddress.ip_address(ip).is_loopback)
+    if (parsed.is_loopback or parsed.is_link_local) and remote:
+        kind = "loopback" if parsed.is_loopback else "link-local"
+        problems.add(ALL_HOSTS, "vllm_omni_artifact_controller_address",
+                     f"is the {kind} address {address}: {', '.join(remote[:3])}{' ...' if len(remote) > 3 else ''} "
+                     "would pull the wheel sets and weights from themselves, not from the controller",
+                     "set it to the controller's address on the network the hosts reach it on, or leave it unset "
+                     "(the address the hosts see the controller's SSH connection come from)")
+
+
+def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | None], hostvars: dict) -> list[str]:
+    """Settings the inventory set that this deployment never reads, or that can never take effect."""
+    settings, sources = context.settings, context.sources
+    set_here = {name for name, source in sources.items() if source == "inventory"}
+    warnings = []
+
+    def unused(name: str, why: str) -> None:
+        if name in set_here:
+            warnings.append(f"{name} is set but has no effect: {why}")
+
+    source = settings["vllm_omni_model_source"]
+    if source == "none":
+        unused("vllm_omni_model_revision", "vllm_omni_model_source is none (nothing is staged); set "
+               "vllm_omni_model_source: hub to serve that revision")
+    if source != "directory":
+        unused("vllm_omni_model_directory", f"vllm_omni_model_source is {source}; set vllm_omni_model_source: "
+               "directory to stage from it")
+    if source != "hub" and any("vllm_omni_hf_token" in hostvars.get(h, {}) for h in groups.engine_hosts):
+        warnings.append(f"vllm_omni_hf_token is set but has no effect: vllm_omni_model_source is {source}, and the "
+                        "token is used only to fetch a hub source on the controller (it never reaches a host)")
+    if context.layout != "pd":
+        for name in (*MOONCAKE_SETTINGS, *NIXL_SETTINGS, "vllm_omni_kv_connector", "vllm_omni_prefill_replicas",
+                     "vllm_omni_decode_replicas", "vllm_omni_kv_load_failure_policy"):
+            unused(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
+    else:
+        connector = settings["vllm_omni_kv_connector"]
+        for name in NIXL_SETTINGS if connector == "mooncake" else MOONCAKE_SETTINGS:
+            nixl = (" (NIXL's own lease frees unclaimed KV after 30 s, renewed "
+                    "while decode pulls; UCX picks TCP or RDMA itself)")
+            unused(name, f"vllm_omni_kv_connector is {connector}" + ("" if connector == "mooncake" else nixl))
+    if not (context.replicated or context.spanning):
+        for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
+                     "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy"):
+            unused(name, "no pipeline runs its engines as processes of their own (no replicas, no spanning)")
+    if not settings["vllm_omni_monitoring_enabled"]:
+        for name in ("vllm_omni_prometheus_port", "vllm_omni_monitoring_client_cidrs"):
+            unused(name, "vllm_omni_monitoring_enabled is false")
+    if not settings["vllm_omni_mooncake_master_enabled"]:
+        for name in ("vllm_omni_mooncake_master_rpc_port", "vllm_omni_mooncake_master_metrics_port"):
+            unused(name, "vllm_omni_mooncake_master_enabled is false")
+    if not settings["vllm_omni_frontdoor_enabled"]:
+        unused("vllm_omni_router_backend_port", "vllm_omni_frontdoor_enabled is false (vllm-router itself listens on "
+               "vllm_omni_router_port)")
+        unused("vllm_omni_alert_certificate_days", "vllm_omni_frontdoor_enabled is false (no certificate to watch)")
+    if not settings["vllm_omni_firewall_enabled"]:
+        for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
+            unused(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")
+    routers = [h for h in groups.router_hosts if ips.get(h)]
+    if settings["vllm_omni_router_client_cidrs"] and routers and all(
+            ipaddress.ip_address(ips[h]).is_loopback for h in routers):
+        warnings.append("vllm_omni_router_client_cidrs is set but has no effect: every router host's address is "
+                        "loopback, so no client network can reach the router")
+    for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
+        networks = [ipaddress.ip_network(n) for n in settings[name]]
+        for version, everything in ((4, "0.0.0.0/0"), (6, "::/0")):
+            mine = [n for n in networks if n.version == version]
+            if len(mine) > 1 and [str(n) for n in ipaddress.collapse_addresses(mine)] == [everything]:
+                warnings.append(f"{name} lists {', '.join(map(str, mine))}, which together cover every IPv{version} "
+                                "address: every address may reach that port")
+    return warnings
+
+
+# The settings only one KV connector reads (vllm_omni_kv_connector).
+MOONCAKE_SETTINGS = ("vllm_omni_mooncake_protocol", "vllm_omni_mooncake_rdma_devices", "vllm_omni_bootstrap_port_base",
+                     "vllm_omni_mooncake_rpc_port_range", "vllm_omni_mooncake_rpc_ports_per_pipeline",
+                     "vllm_omni_mooncake_abort_timeout")
+NIXL_SETTINGS = ("vllm_omni_nixl_side_channel_port_base", "vllm_omni_nixl_ucx_port_range",
+                 "vllm_omni_nixl_ucx_ports_per_pipeline")
+
+
+def check_rdma_devices(settings: dict, problems: Problems) -> None:
+    if settings["vllm_omni_mooncake_rdma_devices"] and settings["vllm_omni_mooncake_protocol"] != "rdma":
+        problems.add(ALL_HOSTS, "vllm_omni_mooncake_rdma_devices",
+                     "is set but vllm_omni_mooncake_protocol is tcp, so the devices would be ignored",
+                     "set vllm_omni_mooncake_protocol: rdma, or remove the device list")

@@ -1,0 +1,139 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+#
+# PRIVATE to the collection: may change or disappear in any release.
+"""Prometheus' texts from the plan: the file_sd target files, the scrape configuration and the alert rules,
+and the front door's certificate metric.
+
+The alert rules query only the metric names of data/metrics.yml (tests/unit/test_metrics.py holds them to it).
+Serialisation only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from ..plan._observability import JOBS, targets
+from . import _yaml
+
+CERTIFICATE_EXPIRY = "vllm_omni_frontdoor_certificate_expiry_timestamp_seconds"
+
+
+def scrape_configs(plan: dict, targets_dir: str) -> list[dict]:
+    jobs = []
+    for stem in targets(plan):
+        job = {"job_name": JOBS[stem], "metrics_path": "/metrics", "scrape_interval": "15s",
+               "file_sd_configs": [{"files": [f"{targets_dir}/{stem}.json"]}]}
+        if stem == "frontdoor":
+            # Not verified on purpose: the scrape must go on reading an expired certificate's date (a verified
+            # one would fail exactly then and the expiry alert would resolve), whichever CA signed it. It sends
+            # nothing and reads one public date.
+            job.update({"scheme": "https", "scrape_interval": "60s", "tls_config": {"insecure_skip_verify": True}})
+        jobs.append(job)
+    return jobs
+
+
+def certificate_metrics(pem: str) -> str:
+    """The front door's /metrics text: the first certificate of ``pem``'s notAfter as Unix time. ValueError when
+    ``pem`` holds no readable certificate."""
+    from cryptography import x509  # ansible-core's own dependency, on the controller
+
+    if "-----BEGIN CERTIFICATE-----" not in (pem or ""):
+        raise ValueError("no PEM certificate")
+    certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
+    expires = getattr(certificate, "not_valid_after_utc", None) or \
+        certificate.not_valid_after.replace(tzinfo=datetime.timezone.utc)
+    return (f"# HELP {CERTIFICATE_EXPIRY} When the front door's TLS certificate expires (notAfter, Unix time), "
+            "as the last deploy installed it.\n"
+            f"# TYPE {CERTIFICATE_EXPIRY} gauge\n"
+            f"{CERTIFICATE_EXPIRY} {int(expires.timestamp())}\n")
+
+
+def text_stage(layout: str) -> int:
+    """The stage that writes a client's text: decode (1) in pd, the thinker (0) aggregated."""
+    return 1 if layout == "pd" else 0
+
+
+def client_ttft(layout: str, quantile: float, window: str) -> str:
+    """PromQL: a pipeline's time to first token as its clients see it, per (host, pipeline).
+
+    vLLM-Omni exports each stage's TTFT from that stage's own arrival. In pd a client's first token comes out of
+    decode after the whole prefill (one token, so its TTFT is its duration): the client's TTFT is prefill's plus
+    decode's, summed per quantile (an upper bound for the sum's quantile; for the median, close). Aggregated: the
+    thinker's. The talker and code2wav stages (audio) are not on the text path and are left out.
+    """
+    stages = 'stage=~"0|1"' if layout == "pd" else 'stage="0"'
+    return (f"sum by (host, pipeline) (histogram_quantile({quantile:g}, sum by (host, pipeline, stage, le) "
+            f'(rate(vllm:time_to_first_token_seconds_bucket{{job="vllm-omni-engine", {stages}}}[{window}]))))')
+
+
+def alert_rules(plan: dict) -> list[dict]:
+    """The deployment's alert rules (one Prometheus rule group). The PD ones only where the layout is pd;
+    the engine-metric ones never fire on the simulator, whose /metrics has none of the engine's names."""
+    pd_sum = ", prefill's plus decode's" if plan["layout"] == "pd" else ""
+    engine = 'job="vllm-omni-engine"'
+    objective = float(plan["settings"].get("vllm_omni_alert_ttft_seconds", {}).get("value", 2.0))
+    rules = [
+        {"alert": "VllmOmniEngineDown", "expr": f"up{{{engine}}} == 0", "for": "1m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "Pipeline {{ $labels.pipeline }} on {{ $labels.host }} does not answer /metrics",
+                         "description": "Its unit: journalctl -a -u vllm-omni@{{ $labels.pipeline }} on {{ $labels.host }}."}},
+        {"alert": "VllmOmniRouterDown", "expr": 'up{job="vllm-omni-router"} == 0', "for": "1m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "The router on {{ $labels.host }} does not answer /metrics",
+                         "description": "journalctl -a -u vllm-omni-router on {{ $labels.host }}."}},
+        {"alert": "VllmOmniTTFTOverObjective",
+         "expr": f"{client_ttft(plan['layout'], 0.99, '10m')} > {objective:g}",
+         "for": "10m", "labels": {"severity": "warning"},
+         "annotations": {"summary": f"TTFT p99 of {{{{ $labels.pipeline }}}} on {{{{ $labels.host }}}} is over "
+                                    f"the objective ({objective:g} s, vllm_omni_alert_ttft_seconds)",
+                         "description": f"p99 over 10 minutes{pd_sum}: {{{{ $value | humanizeDuration }}}}."}},
+    ]
+    if plan["router"]["frontdoor"]["enabled"]:
+        days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))
+        rules.append(
+            {"alert": "VllmOmniCertificateExpiresSoon",
+             "expr": f'({CERTIFICATE_EXPIRY}{{job="vllm-omni-frontdoor"}} - time()) / 86400 < {days}',
+             "for": "10m", "labels": {"severity": "warning"},
+             "annotations": {"summary": f"The front door certificate on {{{{ $labels.host }}}} expires in less than "
+                                        f"{days} days (vllm_omni_alert_certificate_days)",
+                             "description": "{{ $value | printf \"%.1f\" }} days left (negative: expired). Renew: "
+                                            "deploy -e frontdoor_certificate_renew=true (the collection's CA), or "
+                                            "replace vllm_omni_tls_cert_file and deploy."}})
+    if plan["layout"] == "pd":
+        rules += [
+            # FinishReason.ERROR: "a retryable request-level internal error (e.g., KV load failure)".
+            {"alert": "VllmOmniPDHandoffFailures",
+             "expr": (f'sum by (host, pipeline) (increase(vllm:request_success_total{{{engine}, finished_reason="error"}}'
+                      "[5m])) > 0"),
+             "labels": {"severity": "critical"},
+             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} ended in an engine "
+                                        "error (a failed KV load among them) in the last 5 minutes",
+                             "description": "{{ $value }} request(s); the pipeline's journal shows the connector's lines."}},
+            # reason="deferred": waiting on something other than batch room; on a PD decode stage, remote KV.
+            {"alert": "VllmOmniDecodeWaitingForKV",
+             "expr": f'max by (host, pipeline) (vllm:num_requests_waiting_by_reason{{{engine}, reason="deferred"}}) > 0',
+             "for": "5m", "labels": {"severity": "warning"},
+             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} have waited 5 minutes "
+                                        "on something other than capacity (decode: the prefill's KV)",
+                             "description": "{{ $value }} request(s) deferred; a decode holding them keeps their KV "
+                                            "blocks until the transfer times out."}},
+        ]
+    return [{"name": "vllm-omni", "rules": rules}]
+
+
+def rules_text(plan: dict) -> str:
+    return ("# Rendered by vllm_omni.serve from the plan: the deployment's alert rules (promtool check rules).\n"
+            + _yaml.dump({"groups": alert_rules(plan)}))
+
+
+def prometheus_files(plan: dict, targets_dir: str) -> dict[str, str]:
+    """{relative path: text}: targets/<stem>.json for file_sd, scrape-configs.yml to include, rules.yml."""
+    # One target group per line: readable diffs, and the C encoder (indent= would fall back to Python).
+    files = {f"targets/{stem}.json": "[\n" + ",\n".join(json.dumps(g, sort_keys=True) for g in groups) + "\n]\n"
+             for stem, groups in targets(plan).items()}
+    files["scrape-configs.yml"] = ("# Rendered by vllm_omni.serve from the plan: the deployment's scrape jobs.\n"
+                                   + _yaml.dump({"scrape_configs": scrape_configs(plan, targets_dir)}))
+    files["rules.yml"] = rules_text(plan)
+    return files

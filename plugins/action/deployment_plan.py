@@ -21,37 +21,13 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
         try:
-            pending = boolean(args.get("discovery_pending", False), strict=True)
-            use_cache = boolean(args.get("discovery_cache", False), strict=True)
-            run_hosts = args.get("run_hosts")
-            if run_hosts is not None and not isinstance(run_hosts, (list, tuple)):
-                raise TypeError(f"run_hosts must be a list of inventory host names, not {type(run_hosts).__name__}")
+            pending, use_cache, limited = _arguments(self._task.args)
         except (TypeError, ValueError) as error:
             result.update(failed=True, msg=f"vllm_omni.serve.deployment_plan: {error}")
             return result
-        limited = None if run_hosts is None else {str(h) for h in run_hosts}
         try:
-            inventory = inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"])
-            directory = _discovery.cache_dir()
-            written = []
-            if use_cache and not self._task.check_mode and not pending:
-                # What this run discovered (the second pass, after facts.yml) is kept for later limited runs.
-                written = [host for host, variables in sorted(inventory["hostvars"].items())
-                           if (limited is None or host in limited) and _discovery.write(directory, host, variables)]
-            from_cache: list[str] = []
-            if use_cache and limited is not None:
-                hosts = inventory["hostvars"].keys() - limited
-                from_cache, problems = _discovery.fill_from_cache(
-                    inventory, limited, {host: _discovery.read(directory, host) for host in hosts})
-                if problems:
-                    raise PlanError(problems)
-            plan = build_plan(inventory, discovery_pending=pending)
-            if limited is not None:
-                problems = _discovery.limit_problems(plan, limited)
-                if problems:
-                    raise PlanError(problems)
+            inventory, plan, written, from_cache = self._plan(task_vars, pending, use_cache, limited)
         except PlanError as error:
             result.update(failed=True, msg=str(error))
             return result
@@ -69,3 +45,36 @@ class ActionModule(ActionBase):
         result.update(changed=False, ansible_facts={"vllm_omni_plan": plan, "vllm_omni_limit": limit},
                       summary=summary_lines(plan), warnings_count=len(plan["warnings"]), discovery_cached=written)
         return result
+
+    def _plan(self, task_vars: dict, pending: bool, use_cache: bool, limited: set | None) -> tuple:
+        """(inventory, plan, hosts written to the discovery cache, hosts filled from it); PlanError or OSError."""
+        inventory = inventory_from_hostvars(task_vars["hostvars"], task_vars["groups"])
+        directory = _discovery.cache_dir()
+        written = []
+        if use_cache and not self._task.check_mode and not pending:
+            # What this run discovered (the second pass, after facts.yml) is kept for later limited runs.
+            written = [host for host, variables in sorted(inventory["hostvars"].items())
+                       if (limited is None or host in limited) and _discovery.write(directory, host, variables)]
+        from_cache: list[str] = []
+        if use_cache and limited is not None:
+            hosts = inventory["hostvars"].keys() - limited
+            from_cache, problems = _discovery.fill_from_cache(
+                inventory, limited, {host: _discovery.read(directory, host) for host in hosts})
+            if problems:
+                raise PlanError(problems)
+        plan = build_plan(inventory, discovery_pending=pending)
+        if limited is not None:
+            problems = _discovery.limit_problems(plan, limited)
+            if problems:
+                raise PlanError(problems)
+        return inventory, plan, written, from_cache
+
+
+def _arguments(args: dict) -> tuple[bool, bool, set | None]:
+    """(discovery_pending, discovery_cache, the --limit hosts or None); TypeError or ValueError on bad input."""
+    pending = boolean(args.get("discovery_pending", False), strict=True)
+    use_cache = boolean(args.get("discovery_cache", False), strict=True)
+    run_hosts = args.get("run_hosts")
+    if run_hosts is not None and not isinstance(run_hosts, (list, tuple)):
+        raise TypeError(f"run_hosts must be a list of inventory host names, not {type(run_hosts).__name__}")
+    return pending, use_cache, None if run_hosts is None else {str(h) for h in run_hosts}

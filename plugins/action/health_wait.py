@@ -35,22 +35,30 @@ class ActionModule(ActionBase):
             numbers = whole_numbers(args, {"timeout": 1800, "delay": 5, "progress_interval": 15, "journal_lines": 40})
         except ValueError as error:  # bad input fails now, in one line, not as a traceback
             return {**result, "failed": True, "msg": f"{host}: health_wait {error}"}
-        timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
-        path = args.get("path", "/health")
         targets = args.get("targets")
         missing = incomplete(targets) if isinstance(targets, list) else ["all"]
         if missing:  # bad input fails now, not after the timeout
             return {**result, "failed": True,
                     "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, unit or url (a list of dicts)"}
+        outcome, elapsed = self._wait(args, host, numbers, task_vars)
+        if outcome is None:
+            outcome = self._after_timeout(args, host, numbers, task_vars, elapsed)
+        return {**result, **outcome}
+
+    def _wait(self, args: dict, host: str, numbers: dict, task_vars: dict) -> tuple[dict | None, float]:
+        """Look until every target is healthy (the result), the host is gone or a look fails at the timeout (that
+        look), or the timeout passes with targets still waiting (None); and the seconds it took."""
+        timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
+        path = args.get("path", "/health")
         started, shown = time.monotonic(), 0.0
         while True:
             seen = self._look(args, PROGRESS_JOURNAL_LINES, task_vars)
             elapsed = time.monotonic() - started
             if seen.get("unreachable"):  # the host is gone: Ansible takes it out of the play
-                return {**result, **seen}
+                return seen, elapsed
             if seen.get("failed") or "targets" not in seen:  # one look that failed is retried, like a refusal
                 if elapsed >= timeout:
-                    return {**result, **seen}
+                    return seen, elapsed
                 if elapsed - shown >= interval:
                     display.display(f"{host}: the health look failed, retrying: {seen.get('msg', '')[:200]}")
                     shown = elapsed
@@ -58,23 +66,27 @@ class ActionModule(ActionBase):
                 continue
             waiting = [target for target in seen["targets"] if not target["healthy"]]
             if not waiting:
-                return {**result, "changed": False, "targets": seen["targets"], "waited": round(elapsed, 1)}
+                return {"changed": False, "targets": seen["targets"], "waited": round(elapsed, 1)}, elapsed
             if elapsed >= timeout:
-                break
+                return None, elapsed
             if elapsed - shown >= interval:
                 for target in waiting:
                     display.display(health_wait_line(host, target["name"], elapsed, timeout,
                                                      f"{path}: {target['problem']}", target["journal"]))
                 shown = elapsed
             time.sleep(min(delay, max(0.0, timeout - elapsed)))
+
+    def _after_timeout(self, args: dict, host: str, numbers: dict, task_vars: dict, elapsed: float) -> dict:
+        """One last look, with the whole journal: what still fails, and its journal lines."""
+        timeout = numbers["timeout"]
         final = self._look(args, numbers["journal_lines"], task_vars)
         if final.get("failed") or final.get("unreachable") or "targets" not in final:
-            return {**result, **final}
+            return final
         failing = [target for target in final.get("targets", []) if not target["healthy"]]
         if not failing:  # answered in the last moment
-            return {**result, "changed": False, "targets": final["targets"], "waited": round(elapsed, 1)}
+            return {"changed": False, "targets": final["targets"], "waited": round(elapsed, 1)}
         msg = " ".join(
             f"{host}/{target['name']} ({target['unit']}) did not answer {target['url']} with 200 within {timeout}s"
             f" ({target['problem']}). Last journal lines: {' | '.join(target['journal']) or 'none'}"
             for target in failing)
-        return {**result, "failed": True, "msg": msg, "targets": final["targets"], "waited": round(elapsed, 1)}
+        return {"failed": True, "msg": msg, "targets": final["targets"], "waited": round(elapsed, 1)}

@@ -45,8 +45,23 @@ class ActionModule(ActionBase):
         required = boolean(self._task.args.get("required", True), strict=True)
         plan = self._task.args.get("plan")
         plan = plain(plan) if isinstance(plan, dict) else None
-        found: list[tuple[str, str]] = []  # (problem, fix)
+        found, key_sets = self._secret_findings(hostvars, hosts, engine_hosts, required, plan)
         warnings: list[str] = []
+        if plan is not None:
+            found += [(p, KEY_FIX) for p in _secrets.leaks(plan, self._secret_values(hostvars, hosts, key_sets))]
+            tls_found, warnings = _tls_findings(plan)
+            found += tls_found + _model_findings(plan)
+        for warning in warnings:
+            self._display.warning(warning)
+        result.update(changed=False, problems=[p for p, _fix in found], tls_warnings=warnings)
+        if found:
+            result.update(failed=True, msg=_message(found))
+        return result
+
+    def _secret_findings(self, hostvars, hosts: list[str], engine_hosts: list[str], required: bool,
+                         plan: dict | None) -> tuple[list[tuple[str, str]], dict]:
+        """(problem, fix) of each secret as the hosts hold it, and each host's vllm_omni_api_keys as read."""
+        found: list[tuple[str, str]] = []  # (problem, fix)
         keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
         found += [(p, KEY_FIX) for p in _secrets.key_problems(keys, required)]
         # The keys clients may send to the front door during a rotation (and every key in them).
@@ -57,45 +72,59 @@ class ActionModule(ActionBase):
         for name in _secrets.SECRET_FORMATS:
             values = {host: self._read(hostvars, host, name) for host in engine_hosts}
             found += [(p, HF_FIX.replace("vllm_omni_hf_token", name)) for p in _secrets.secret_problems(name, values)]
-        if plan is not None:
-            values = {}
-            for host in hosts:
-                for name in SECRET_VARIABLES:
-                    value = self._read(hostvars, host, name)
-                    if isinstance(value, str):
-                        values[name] = value
-                if isinstance(key_sets[host], list):
-                    values.update({f"vllm_omni_api_keys[{index}]": value for index, value in enumerate(key_sets[host])
-                                   if isinstance(value, str)})
-            found += [(p, KEY_FIX) for p in _secrets.leaks(plan, values)]
-            tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
-            if tls.get("source") == "provided" and plan["router"]["frontdoor"].get("enabled", True):
-                files = _secrets.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
-                found += [(p, TLS_FIX) for p in files]
-                if not files:
-                    addresses = {host: entry["ip"] for host, entry in plan["router"]["per_host"].items()}
-                    problems, tls_warnings = _secrets.tls_material_problems(
-                        tls["cert_file"], tls["key_file"], tls.get("ca_file"), addresses)
-                    found += [(p, TLS_FIX) for p in problems]
-                    warnings += tls_warnings
-            for item in (plan.get("artifacts") or {}).get("items", []):
-                source = item.get("source") or {}
-                if item.get("kind") == "model" and source.get("kind") == "directory" and source.get("directory"):
-                    found += [(p, MODEL_FIX) for p in _artifacts.model_directory_problems(
-                        source["directory"], weights_needed=not _dummy_weights(plan))]
-        for warning in warnings:
-            self._display.warning(warning)
-        result.update(changed=False, problems=[p for p, _fix in found], tls_warnings=warnings)
-        if found:
-            parts, fixes = [], []
-            for problem, fix in found:
-                if fixes and fixes[-1] == fix:
-                    parts[-1].append(problem)
-                else:
-                    parts.append([problem])
-                    fixes.append(fix)
-            result.update(failed=True, msg="; ".join(f"{'; '.join(ps)} -> {fix}" for ps, fix in zip(parts, fixes, strict=True)))
-        return result
+        return found, key_sets
+
+    def _secret_values(self, hostvars, hosts: list[str], key_sets: dict) -> dict[str, str]:
+        """Every secret value the hosts hold, by the variable (and position) it is in: what the plan must not hold."""
+        values = {}
+        for host in hosts:
+            for name in SECRET_VARIABLES:
+                value = self._read(hostvars, host, name)
+                if isinstance(value, str):
+                    values[name] = value
+            if isinstance(key_sets[host], list):
+                values.update({f"vllm_omni_api_keys[{index}]": value for index, value in enumerate(key_sets[host])
+                               if isinstance(value, str)})
+        return values
+
+
+def _tls_findings(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """(problem, fix) and warnings of the operator's TLS files, where the front door uses provided ones."""
+    found: list[tuple[str, str]] = []
+    tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
+    if not (tls.get("source") == "provided" and plan["router"]["frontdoor"].get("enabled", True)):
+        return found, []
+    files = _secrets.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
+    found += [(p, TLS_FIX) for p in files]
+    if files:
+        return found, []
+    addresses = {host: entry["ip"] for host, entry in plan["router"]["per_host"].items()}
+    problems, tls_warnings = _secrets.tls_material_problems(
+        tls["cert_file"], tls["key_file"], tls.get("ca_file"), addresses)
+    return found + [(p, TLS_FIX) for p in problems], tls_warnings
+
+
+def _model_findings(plan: dict) -> list[tuple[str, str]]:
+    """(problem, fix) of each model staged from a controller directory."""
+    found: list[tuple[str, str]] = []
+    for item in (plan.get("artifacts") or {}).get("items", []):
+        source = item.get("source") or {}
+        if item.get("kind") == "model" and source.get("kind") == "directory" and source.get("directory"):
+            found += [(p, MODEL_FIX) for p in _artifacts.model_directory_problems(
+                source["directory"], weights_needed=not _dummy_weights(plan))]
+    return found
+
+
+def _message(found: list[tuple[str, str]]) -> str:
+    """The problems in order, those that share a fix (one after the other) joined before it."""
+    parts, fixes = [], []
+    for problem, fix in found:
+        if fixes and fixes[-1] == fix:
+            parts[-1].append(problem)
+        else:
+            parts.append([problem])
+            fixes.append(fix)
+    return "; ".join(f"{'; '.join(ps)} -> {fix}" for ps, fix in zip(parts, fixes, strict=True))
 
 
 def _dummy_weights(plan: dict) -> bool:

@@ -89,12 +89,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     Raises ``PlanError`` listing every problem found.
     """
     problems = Problems()
-    groups = _hosts.inventory_groups(inventory, problems)
-    hostvars = inventory.get("hostvars") or {}
-    for host in groups.all_hosts:
-        _validate.check_names(host, hostvars.get(host, {}), problems)
-    settings, sources = _validate.deployment_settings(
-        groups.engine_hosts, {h: hostvars.get(h, {}) for h in groups.engine_hosts}, problems)
+    groups, hostvars, settings, sources = _read_settings(inventory, problems)
     problems.raise_if_any()
 
     deployment = _validate.deployment(settings, sources, problems)
@@ -113,6 +108,27 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     _add_services(plan, settings, groups, ips)
     _add_platforms(plan, hostvars, problems)
     problems.raise_if_any()
+    _add_host_sections(plan, settings, ips, problems)
+    plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
+                            + _validate.no_effect_warnings(deployment, groups, ips, hostvars))
+    return plan
+
+
+def _read_settings(inventory: dict, problems: Problems) -> tuple:
+    """(groups, hostvars, settings, sources): the inventory's groups, each host's vars (their names checked) and
+    the deployment's settings with where each came from."""
+    groups = _hosts.inventory_groups(inventory, problems)
+    hostvars = inventory.get("hostvars") or {}
+    for host in groups.all_hosts:
+        _validate.check_names(host, hostvars.get(host, {}), problems)
+    settings, sources = _validate.deployment_settings(
+        groups.engine_hosts, {h: hostvars.get(h, {}) for h in groups.engine_hosts}, problems)
+    return groups, hostvars, settings, sources
+
+
+def _add_host_sections(plan: dict, settings: dict, ips: dict[str, str | None], problems: Problems) -> None:
+    """The sections computed from the whole plan: artifacts, rolling, every listen port (checked), the reserved
+    ports, unit hardening, the firewall and each host's footprint."""
     plan["artifacts"] = _artifacts.artifacts_plan(settings, plan, ips)
     # How deploy and upgrade roll pipelines that serve (roles/upgrade, _rolling.waves).
     plan["rolling"] = {"max_unavailable": settings["vllm_omni_rolling_max_unavailable"]}
@@ -127,9 +143,6 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips,
                                                {key: p["hosts"] for key, p in plan["distributed_pipelines"].items()})
     plan["footprint"] = _footprint.footprints(plan)
-    plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
-                            + _validate.no_effect_warnings(deployment, groups, ips, hostvars))
-    return plan
 
 
 # --- the plan's top level -----------------------------------------------------------------------

@@ -81,37 +81,46 @@ def key_set_problems(key_sets: dict[str, object], required: bool, frontdoor: boo
                             "vllm_omni_api_keys: [<old key>, <new key>], each vaulted)")
             continue
         used.append(host)
-        bad = False
-        for index, key in enumerate(keys):
-            if not isinstance(key, str):
-                problems.append(f"{host} (vllm_omni_api_keys[{index}] is a {type(key).__name__}, not a string)")
-                bad = True
-            elif not API_KEY.fullmatch(key):
-                problems.append(f"{host} (vllm_omni_api_keys[{index}] {_why_not_a_key(key)})")
-                bad = True
-        if bad:
-            continue
-        if len(keys) > MAX_KEYS:
-            problems.append(f"{host} (vllm_omni_api_keys holds {len(keys)} keys; at most {MAX_KEYS})")
-            continue
-        fingerprints = [_fingerprint(key) for key in keys]
-        twice = [str(i) for i, f in enumerate(fingerprints) if f in fingerprints[:i]]
-        if twice:
-            problems.append(f"{host} (vllm_omni_api_keys[{', '.join(twice)}] repeats an earlier key)")
-            continue
-        seen.setdefault(tuple(sorted(fingerprints)), []).append(host)
+        host_problems, fingerprints = _host_key_set(host, keys)
+        problems += host_problems
+        if fingerprints is not None:
+            seen.setdefault(fingerprints, []).append(host)
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())
         problems.append(f"the engine and router hosts hold different vllm_omni_api_keys ({groups}): every front "
                         "door must accept the same keys")
+    return problems + _key_set_use_problems(bool(used), required, frontdoor)
+
+
+def _host_key_set(host: str, keys: list) -> tuple[list[str], tuple | None]:
+    """(problems, the set's sorted fingerprints, None when it has a problem) of one host's list of keys."""
+    problems = []
+    for index, key in enumerate(keys):
+        if not isinstance(key, str):
+            problems.append(f"{host} (vllm_omni_api_keys[{index}] is a {type(key).__name__}, not a string)")
+        elif not API_KEY.fullmatch(key):
+            problems.append(f"{host} (vllm_omni_api_keys[{index}] {_why_not_a_key(key)})")
+    if problems:
+        return problems, None
+    if len(keys) > MAX_KEYS:
+        return [f"{host} (vllm_omni_api_keys holds {len(keys)} keys; at most {MAX_KEYS})"], None
+    fingerprints = [_fingerprint(key) for key in keys]
+    twice = [str(i) for i, f in enumerate(fingerprints) if f in fingerprints[:i]]
+    if twice:
+        return [f"{host} (vllm_omni_api_keys[{', '.join(twice)}] repeats an earlier key)"], None
+    return [], tuple(sorted(fingerprints))
+
+
+def _key_set_use_problems(used: bool, required: bool, frontdoor: bool) -> list[str]:
+    """A key set needs a required key and the front door: nothing else checks it."""
     if used and not required:
-        problems.append("vllm_omni_api_keys is set but vllm_omni_api_key_required is false: nothing checks a key; "
-                        "remove vllm_omni_api_keys or require the key")
-    elif used and not frontdoor:
-        problems.append("vllm_omni_api_keys needs the front door (vllm_omni_frontdoor_enabled): without it clients "
-                        "reach vllm-router, which hands their key to the engines, and an engine checks one key "
-                        "(vllm_omni_api_key) only")
-    return problems
+        return ["vllm_omni_api_keys is set but vllm_omni_api_key_required is false: nothing checks a key; "
+                "remove vllm_omni_api_keys or require the key"]
+    if used and not frontdoor:
+        return ["vllm_omni_api_keys needs the front door (vllm_omni_frontdoor_enabled): without it clients "
+                "reach vllm-router, which hands their key to the engines, and an engine checks one key "
+                "(vllm_omni_api_key) only"]
+    return []
 
 
 def _places(value, needle: str, path: str = "plan") -> list[str]:
@@ -248,7 +257,6 @@ def tls_material_problems(cert_path: str, key_path: str, ca_path: str | None, ad
         return [], ["the Python package cryptography is missing on the controller: the TLS certificate and key "
                     "were not checked against each other"]
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    problems, warnings = [], []
     try:
         certs = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())
     except (OSError, ValueError) as error:
@@ -261,43 +269,63 @@ def tls_material_problems(cert_path: str, key_path: str, ca_path: str | None, ad
         return [f"vllm_omni_tls_key_file ({key_path}) is encrypted with a passphrase, which nginx cannot be given"], []
     except (OSError, ValueError, Exception) as error:  # unsupported key types raise UnsupportedAlgorithm
         return [f"vllm_omni_tls_key_file ({key_path}) does not parse as a PEM private key ({type(error).__name__})"], []
+    problems = []
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
         problems.append(f"vllm_omni_tls_key_file ({key_path}) is not the private key of the certificate in "
                         f"vllm_omni_tls_cert_file ({cert_path}): nginx would refuse to start with the pair")
+    validity, warnings = _validity_problems(leaf, cert_path, now)
+    problems += validity + _address_problems(x509, leaf, cert_path, addresses)
+    if ca_path:
+        problems += _issuer_problems(x509, certs, cert_path, ca_path)
+    return problems, warnings
+
+
+def _validity_problems(leaf, cert_path: str, now) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the certificate's validity period: valid now, and not about to expire."""
+    import datetime
+
     after = leaf.not_valid_after_utc
     before = leaf.not_valid_before_utc
     if after <= now:
-        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) expired on {after:%Y-%m-%d}: clients refuse it")
-    elif before > now:
-        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) is not valid before {before:%Y-%m-%d %H:%M} UTC: "
-                        "clients refuse it until then")
-    elif after - now < datetime.timedelta(days=EXPIRY_WARN_DAYS):
-        warnings.append(f"vllm_omni_tls_cert_file ({cert_path}) expires on {after:%Y-%m-%d}, in "
-                        f"{(after - now).days} days: renew it (docs/security.md)")
+        return [f"vllm_omni_tls_cert_file ({cert_path}) expired on {after:%Y-%m-%d}: clients refuse it"], []
+    if before > now:
+        return [f"vllm_omni_tls_cert_file ({cert_path}) is not valid before {before:%Y-%m-%d %H:%M} UTC: "
+                "clients refuse it until then"], []
+    if after - now < datetime.timedelta(days=EXPIRY_WARN_DAYS):
+        return [], [f"vllm_omni_tls_cert_file ({cert_path}) expires on {after:%Y-%m-%d}, in "
+                    f"{(after - now).days} days: renew it (docs/security.md)"]
+    return [], []
+
+
+def _address_problems(x509, leaf, cert_path: str, addresses: dict[str, str]) -> list[str]:
+    """The router addresses the certificate does not name as an IP subjectAltName."""
     try:
         names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         ips = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
     except x509.ExtensionNotFound:
         ips = set()
     missing = {host: address for host, address in sorted(addresses.items()) if address not in ips}
-    if missing:
-        shown = ", ".join(f"{host} {address}" for host, address in list(missing.items())[:4])
-        problems.append(f"vllm_omni_tls_cert_file ({cert_path}) does not name {shown} as an IP subjectAltName: "
-                        "clients and the collection's checks connect to each router host by its address")
-    if ca_path:
-        try:
-            cas = x509.load_pem_x509_certificates(Path(ca_path).read_bytes())
-        except (OSError, ValueError) as error:
-            problems.append(f"vllm_omni_tls_ca_file ({ca_path}) does not parse as a PEM certificate "
-                            f"({type(error).__name__})")
-        else:
-            chain = certs[1:] + cas
-            if not any(_issued_by(leaf, issuer) for issuer in chain):
-                problems.append(f"vllm_omni_tls_cert_file ({cert_path}) was not issued by vllm_omni_tls_ca_file "
-                                f"({ca_path}) or an intermediate in the certificate file: clients that trust that CA "
-                                "would refuse it")
-    return problems, warnings
+    if not missing:
+        return []
+    shown = ", ".join(f"{host} {address}" for host, address in list(missing.items())[:4])
+    return [f"vllm_omni_tls_cert_file ({cert_path}) does not name {shown} as an IP subjectAltName: "
+            "clients and the collection's checks connect to each router host by its address"]
+
+
+def _issuer_problems(x509, certs: list, cert_path: str, ca_path: str) -> list[str]:
+    """Whether the leaf was issued by the CA file or an intermediate in the certificate file."""
+    try:
+        cas = x509.load_pem_x509_certificates(Path(ca_path).read_bytes())
+    except (OSError, ValueError) as error:
+        return [f"vllm_omni_tls_ca_file ({ca_path}) does not parse as a PEM certificate "
+                f"({type(error).__name__})"]
+    chain = certs[1:] + cas
+    if not any(_issued_by(certs[0], issuer) for issuer in chain):
+        return [f"vllm_omni_tls_cert_file ({cert_path}) was not issued by vllm_omni_tls_ca_file "
+                f"({ca_path}) or an intermediate in the certificate file: clients that trust that CA "
+                "would refuse it"]
+    return []
 
 
 def _issued_by(cert, issuer) -> bool:

@@ -194,60 +194,73 @@ def check_engine_rules(context: Deployment, problems: Problems) -> None:
 
     A stage default max_tokens above the stage's context is not refused: the engine accepts it and stops the
     answer at the context (data/engine_rules.yml not_refused, checked by tests/conformance/test_engine_rules.py)."""
-    engine, settings, layout = context.engine, context.settings, context.layout
-    rules = _engine_data.engine_rules(engine.version)
+    rules = _engine_data.engine_rules(context.engine.version)
     if not rules:
         return
     reported: set[str] = set()
-
-    def refuse(label: str, problem: str, fix: str) -> None:
-        if label not in reported:
-            reported.add(label)
-            problems.add(ALL_HOSTS, label, problem, fix)
-
-    vllm = f"vLLM {engine.vllm}"
-    for stage_id, role in enumerate(layout_roles(layout, settings["vllm_omni_audio_output"])):
-        base_args, base_sampling = _base_stage(engine, role, stage_id)
+    for stage_id, role in enumerate(layout_roles(context.layout, context.settings["vllm_omni_audio_output"])):
+        base_args, base_sampling = _base_stage(context.engine, role, stage_id)
         user = context.overrides.get(role, {"engine_args": {}, "sampling": {}})
-        planner_set = role in context.planner_shares
-        for kind, section in (("engine_args", "engine_args"), ("sampling", "sampling")):
-            for key, value in sorted(user[kind].items()):
-                bound = rules.get(section, {}).get(key)
-                if kind == "engine_args" and key == "gpu_memory_utilization" and planner_set:
-                    continue
-                if bound and _outside(bound, value):
-                    label = _user_stage_key(settings, _KIND_SETTING[kind], layout, role, key)
-                    refuse(label, f"is {show(value)}, which {vllm} refuses: {_engine_rule(bound)}",
-                           f"set {label} to a value the engine accepts, or remove it (the stage's default is "
-                           f"{show((base_args if kind == 'engine_args' else base_sampling).get(key, 'the engine default'))})")
-        args = {**base_args, **user["engine_args"]}
-        user_args = set(user["engine_args"])
-        model_len = args.get("max_model_len") or rules.get("model_max_len", {}).get(settings["vllm_omni_model"])
-        cross = rules.get("cross", {})
-        batched, seqs = args.get("max_num_batched_tokens"), args.get("max_num_seqs")
-        chunked = args.get("enable_chunked_prefill", True)
-        touched = user_args & {"max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"}
-        if ("batched_tokens_below_model_len" in cross and touched and not chunked and isinstance(batched, int)
-                and isinstance(model_len, int) and batched < model_len):
-            label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role,
-                                    sorted(touched)[-1] if "max_num_batched_tokens" not in touched
-                                    else "max_num_batched_tokens")
-            refuse(label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_model_len "
-                   f"{model_len} and chunked prefill off, which {vllm} refuses at start-up: "
-                   + _engine_rule(cross["batched_tokens_below_model_len"], max_num_batched_tokens=batched,
-                                  max_model_len=model_len),
-                   f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {model_len}, "
-                   "set max_model_len to at most it, or set enable_chunked_prefill: true")
-        if ("batched_tokens_below_num_seqs" in cross and user_args & {"max_num_batched_tokens", "max_num_seqs"}
-                and isinstance(batched, int) and isinstance(seqs, int) and batched < seqs):
-            key = "max_num_batched_tokens" if "max_num_batched_tokens" in user_args else "max_num_seqs"
-            label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role, key)
-            refuse(label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_num_seqs {seqs}, "
-                   f"which {vllm} refuses at start-up: "
-                   + _engine_rule(cross["batched_tokens_below_num_seqs"], max_num_batched_tokens=batched,
-                                  max_num_seqs=seqs),
-                   f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {seqs} "
-                   "or lower max_num_seqs")
+        refusals = (_value_refusals(context, rules, role, user, (base_args, base_sampling))
+                    + _cross_refusals(context, rules, role, {**base_args, **user["engine_args"]},
+                                      set(user["engine_args"])))
+        for label, problem, fix in refusals:
+            if label not in reported:
+                reported.add(label)
+                problems.add(ALL_HOSTS, label, problem, fix)
+
+
+def _value_refusals(context: Deployment, rules: dict, role: str, user: dict,
+                    base: tuple[dict, dict]) -> list[tuple[str, str, str]]:
+    """(label, problem, fix) for each override of the stage outside the engine's bound for that one value."""
+    settings, vllm = context.settings, f"vLLM {context.engine.vllm}"
+    planner_set = role in context.planner_shares
+    refusals = []
+    for kind, section in (("engine_args", "engine_args"), ("sampling", "sampling")):
+        for key, value in sorted(user[kind].items()):
+            bound = rules.get(section, {}).get(key)
+            if kind == "engine_args" and key == "gpu_memory_utilization" and planner_set:
+                continue
+            if bound and _outside(bound, value):
+                label = _user_stage_key(settings, _KIND_SETTING[kind], context.layout, role, key)
+                refusals.append((label, f"is {show(value)}, which {vllm} refuses: {_engine_rule(bound)}",
+                                 f"set {label} to a value the engine accepts, or remove it (the stage's default is "
+                                 f"{show((base[0] if kind == 'engine_args' else base[1]).get(key, 'the engine default'))})"))
+    return refusals
+
+
+def _cross_refusals(context: Deployment, rules: dict, role: str, args: dict,
+                    user_args: set) -> list[tuple[str, str, str]]:
+    """(label, problem, fix) for the engine's rules between the arguments of one stage (user's and engine's)."""
+    settings, layout, vllm = context.settings, context.layout, f"vLLM {context.engine.vllm}"
+    model_len = args.get("max_model_len") or rules.get("model_max_len", {}).get(settings["vllm_omni_model"])
+    cross = rules.get("cross", {})
+    batched, seqs = args.get("max_num_batched_tokens"), args.get("max_num_seqs")
+    chunked = args.get("enable_chunked_prefill", True)
+    touched = user_args & {"max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"}
+    refusals = []
+    if ("batched_tokens_below_model_len" in cross and touched and not chunked and isinstance(batched, int)
+            and isinstance(model_len, int) and batched < model_len):
+        label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role,
+                                sorted(touched)[-1] if "max_num_batched_tokens" not in touched
+                                else "max_num_batched_tokens")
+        refusals.append((label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_model_len "
+                         f"{model_len} and chunked prefill off, which {vllm} refuses at start-up: "
+                         + _engine_rule(cross["batched_tokens_below_model_len"], max_num_batched_tokens=batched,
+                                        max_model_len=model_len),
+                         f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {model_len}, "
+                         "set max_model_len to at most it, or set enable_chunked_prefill: true"))
+    if ("batched_tokens_below_num_seqs" in cross and user_args & {"max_num_batched_tokens", "max_num_seqs"}
+            and isinstance(batched, int) and isinstance(seqs, int) and batched < seqs):
+        key = "max_num_batched_tokens" if "max_num_batched_tokens" in user_args else "max_num_seqs"
+        label = _user_stage_key(settings, "vllm_omni_stage_engine_args", layout, role, key)
+        refusals.append((label, f"leaves the {role} stage with max_num_batched_tokens {batched} below max_num_seqs "
+                         f"{seqs}, which {vllm} refuses at start-up: "
+                         + _engine_rule(cross["batched_tokens_below_num_seqs"], max_num_batched_tokens=batched,
+                                        max_num_seqs=seqs),
+                         f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {seqs} "
+                         "or lower max_num_seqs"))
+    return refusals
 
 
 def _base_memory(engine: EngineVersion, role: str, stage_id: int) -> float:

@@ -64,50 +64,10 @@ def _check_legacy(document: dict, engine: EngineVersion, environment: dict) -> l
         return ["stage_args must be a non-empty list of stages"]
     prefill = decode = None
     for position, stage in enumerate(stages):
-        where = f"stage_args[{position}]"
         if not isinstance(stage, dict):
-            problems.append(f"{where} is not a mapping")
+            problems.append(f"stage_args[{position}] is not a mapping")
             continue
-        if stage.get("stage_id") != position:
-            problems.append(f"{where}: stage_id is {stage.get('stage_id')!r}; stage ids must be 0, 1, 2, ... "
-                            "in list order")
-        # extract_legacy_stage_metadata reads these as attributes: a missing one stops start-up
-        # ("Missing key final_output_type" on the recipe's prefill stage, checked on 0.26.0).
-        for key in LEGACY_REQUIRED_KEYS:
-            if key not in stage:
-                problems.append(f"{where}: missing key {key} (the engine stops with 'Missing key {key}'; "
-                                f"{LEGACY_REQUIRED_KEYS[key]})")
-        engine_args = stage.get("engine_args")
-        if not isinstance(engine_args, dict):
-            problems.append(f"{where}: missing engine_args")
-            engine_args = {}
-        for key in ("model_stage", "model_arch", "worker_type", "scheduler_cls", "engine_output_type",
-                    "hf_config_name"):
-            if key not in engine_args:
-                problems.append(f"{where}: engine_args.{key} is missing (legacy stages carry the full definition)")
-        _check_dotted(engine_args.get("scheduler_cls"), f"{where}.engine_args.scheduler_cls", engine, problems)
-        _check_dotted(engine_args.get("custom_process_next_stage_input_func"),
-                      f"{where}.engine_args.custom_process_next_stage_input_func", engine, problems)
-        _check_dotted(stage.get("custom_process_input_func"), f"{where}.custom_process_input_func", engine,
-                      problems)
-        if "sync_process_input_func" in stage:
-            problems.append(f"{where}: sync_process_input_func is not read by the stage_args loader, so this stage "
-                            "gets no input processor; use custom_process_input_func")
-            _check_dotted(stage["sync_process_input_func"], f"{where}.sync_process_input_func", engine, problems)
-        sources = stage.get("engine_input_source", [])
-        if not isinstance(sources, list) or any(not isinstance(s, int) or s < 0 or s >= position for s in sources):
-            problems.append(f"{where}: engine_input_source {sources!r} must list earlier stage ids")
-        if position > 0 and not sources:
-            problems.append(f"{where}: engine_input_source is empty; every stage after the first reads an earlier one")
-        connectors = ((document.get("runtime") or {}).get("connectors") or {})
-        for source, name in (stage.get("input_connectors") or {}).items():
-            if name not in connectors:
-                problems.append(f"{where}: input_connectors.{source} names {name!r}, which runtime.connectors does "
-                                "not define (the engine only logs a warning and runs without it)")
-        runtime = stage.get("runtime") or {}
-        devices = runtime.get("devices")
-        if not isinstance(devices, (str, int)) or isinstance(devices, bool):
-            problems.append(f"{where}: runtime.devices must be a string like \"0\" or \"0,1\"")
+        problems += _check_legacy_stage(document, position, stage, engine)
         if stage.get("is_prefill_only"):
             prefill = (position, stage) if prefill is None else "many"
         if stage.get("is_decode_only"):
@@ -116,6 +76,60 @@ def _check_legacy(document: dict, engine: EngineVersion, environment: dict) -> l
         problems.append("more than one prefill or decode stage: the engine supports one PD pair per pipeline")
     elif prefill or decode:
         problems += _check_pd_pair(prefill, decode, engine, environment)
+    return problems
+
+
+def _check_legacy_stage(document: dict, position: int, stage: dict, engine: EngineVersion) -> list[str]:
+    """One stage_args entry: its id, the keys the loader reads, its processors, inputs, connectors, devices."""
+    where = f"stage_args[{position}]"
+    problems = []
+    if stage.get("stage_id") != position:
+        problems.append(f"{where}: stage_id is {stage.get('stage_id')!r}; stage ids must be 0, 1, 2, ... "
+                        "in list order")
+    # extract_legacy_stage_metadata reads these as attributes: a missing one stops start-up
+    # ("Missing key final_output_type" on the recipe's prefill stage, checked on 0.26.0).
+    for key in LEGACY_REQUIRED_KEYS:
+        if key not in stage:
+            problems.append(f"{where}: missing key {key} (the engine stops with 'Missing key {key}'; "
+                            f"{LEGACY_REQUIRED_KEYS[key]})")
+    problems += _check_legacy_engine_args(where, stage, engine)
+    _check_dotted(stage.get("custom_process_input_func"), f"{where}.custom_process_input_func", engine,
+                  problems)
+    if "sync_process_input_func" in stage:
+        problems.append(f"{where}: sync_process_input_func is not read by the stage_args loader, so this stage "
+                        "gets no input processor; use custom_process_input_func")
+        _check_dotted(stage["sync_process_input_func"], f"{where}.sync_process_input_func", engine, problems)
+    sources = stage.get("engine_input_source", [])
+    if not isinstance(sources, list) or any(not isinstance(s, int) or s < 0 or s >= position for s in sources):
+        problems.append(f"{where}: engine_input_source {sources!r} must list earlier stage ids")
+    if position > 0 and not sources:
+        problems.append(f"{where}: engine_input_source is empty; every stage after the first reads an earlier one")
+    connectors = ((document.get("runtime") or {}).get("connectors") or {})
+    for source, name in (stage.get("input_connectors") or {}).items():
+        if name not in connectors:
+            problems.append(f"{where}: input_connectors.{source} names {name!r}, which runtime.connectors does "
+                            "not define (the engine only logs a warning and runs without it)")
+    runtime = stage.get("runtime") or {}
+    devices = runtime.get("devices")
+    if not isinstance(devices, (str, int)) or isinstance(devices, bool):
+        problems.append(f"{where}: runtime.devices must be a string like \"0\" or \"0,1\"")
+    return problems
+
+
+def _check_legacy_engine_args(where: str, stage: dict, engine: EngineVersion) -> list[str]:
+    """A legacy stage's engine_args: the full definition, and the dotted paths it names importable."""
+    problems = []
+    engine_args = stage.get("engine_args")
+    if not isinstance(engine_args, dict):
+        problems.append(f"{where}: missing engine_args")
+        engine_args = {}
+    for key in ("model_stage", "model_arch", "worker_type", "scheduler_cls", "engine_output_type",
+                "hf_config_name"):
+        if key not in engine_args:
+            problems.append(f"{where}: engine_args.{key} is missing (legacy stages carry the full definition)")
+    _check_dotted(engine_args.get("scheduler_cls"), f"{where}.engine_args.scheduler_cls", engine, problems)
+    _check_dotted(engine_args.get("custom_process_next_stage_input_func"),
+                  f"{where}.engine_args.custom_process_next_stage_input_func", engine, problems)
     return problems
 
 

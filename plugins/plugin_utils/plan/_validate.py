@@ -293,51 +293,74 @@ def check_fanout_address(settings: dict, ips: dict[str, str | None], problems: P
 
 def no_effect_warnings(context: Deployment, groups: Any, ips: dict[str, str | None], hostvars: dict) -> list[str]:
     """Settings the inventory set that this deployment never reads, or that can never take effect."""
-    settings, sources = context.settings, context.sources
-    set_here = {name for name, source in sources.items() if source == "inventory"}
-    warnings = []
+    set_here = {name for name, source in context.sources.items() if source == "inventory"}
+    return (_model_source_warnings(context.settings, set_here, groups, hostvars)
+            + _if_set(set_here, _kv_unused(context) + _feature_unused(context))
+            + _client_cidr_warnings(context.settings, groups, ips))
 
-    def unused(name: str, why: str) -> None:
-        if name in set_here:
-            warnings.append(f"{name} is set but has no effect: {why}")
 
+def _if_set(set_here: set, unused: list[tuple[str, str]]) -> list[str]:
+    """A warning for each (setting, why) the inventory set."""
+    return [f"{name} is set but has no effect: {why}" for name, why in unused if name in set_here]
+
+
+def _model_source_warnings(settings: dict, set_here: set, groups: Any, hostvars: dict) -> list[str]:
     source = settings["vllm_omni_model_source"]
+    unused = []
     if source == "none":
-        unused("vllm_omni_model_revision", "vllm_omni_model_source is none (nothing is staged); set "
-               "vllm_omni_model_source: hub to serve that revision")
+        unused.append(("vllm_omni_model_revision", "vllm_omni_model_source is none (nothing is staged); set "
+                       "vllm_omni_model_source: hub to serve that revision"))
     if source != "directory":
-        unused("vllm_omni_model_directory", f"vllm_omni_model_source is {source}; set vllm_omni_model_source: "
-               "directory to stage from it")
+        unused.append(("vllm_omni_model_directory", f"vllm_omni_model_source is {source}; set vllm_omni_model_source: "
+                       "directory to stage from it"))
+    warnings = _if_set(set_here, unused)
     if source != "hub" and any("vllm_omni_hf_token" in hostvars.get(h, {}) for h in groups.engine_hosts):
         warnings.append(f"vllm_omni_hf_token is set but has no effect: vllm_omni_model_source is {source}, and the "
                         "token is used only to fetch a hub source on the controller (it never reaches a host)")
+    return warnings
+
+
+def _kv_unused(context: Deployment) -> list[tuple[str, str]]:
+    """The KV transfer's settings: none read outside pd, and only its own connector's in pd."""
     if context.layout != "pd":
-        for name in (*MOONCAKE_SETTINGS, *NIXL_SETTINGS, "vllm_omni_kv_connector", "vllm_omni_prefill_replicas",
-                     "vllm_omni_decode_replicas", "vllm_omni_kv_load_failure_policy"):
-            unused(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
-    else:
-        connector = settings["vllm_omni_kv_connector"]
-        for name in NIXL_SETTINGS if connector == "mooncake" else MOONCAKE_SETTINGS:
-            nixl = (" (NIXL's own lease frees unclaimed KV after 30 s, renewed "
-                    "while decode pulls; UCX picks TCP or RDMA itself)")
-            unused(name, f"vllm_omni_kv_connector is {connector}" + ("" if connector == "mooncake" else nixl))
+        return [(name, f"vllm_omni_layout is {context.layout}: there is no prefill-to-decode KV transfer")
+                for name in (*MOONCAKE_SETTINGS, *NIXL_SETTINGS, "vllm_omni_kv_connector",
+                             "vllm_omni_prefill_replicas", "vllm_omni_decode_replicas",
+                             "vllm_omni_kv_load_failure_policy")]
+    connector = context.settings["vllm_omni_kv_connector"]
+    nixl = (" (NIXL's own lease frees unclaimed KV after 30 s, renewed "
+            "while decode pulls; UCX picks TCP or RDMA itself)")
+    return [(name, f"vllm_omni_kv_connector is {connector}" + ("" if connector == "mooncake" else nixl))
+            for name in (NIXL_SETTINGS if connector == "mooncake" else MOONCAKE_SETTINGS)]
+
+
+def _feature_unused(context: Deployment) -> list[tuple[str, str]]:
+    """The settings of a feature this deployment does not use (stage processes, monitoring, master, door, firewall)."""
+    settings, unused = context.settings, []
     if not (context.replicated or context.spanning):
-        for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
-                     "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy"):
-            unused(name, "no pipeline runs its engines as processes of their own (no replicas, no spanning)")
+        unused += [(name, "no pipeline runs its engines as processes of their own (no replicas, no spanning)")
+                   for name in ("vllm_omni_stage_master_port_base", "vllm_omni_stage_zmq_port_range",
+                                "vllm_omni_stage_zmq_ports_per_process", "vllm_omni_replica_lb_policy")]
     if not settings["vllm_omni_monitoring_enabled"]:
-        for name in ("vllm_omni_prometheus_port", "vllm_omni_monitoring_client_cidrs"):
-            unused(name, "vllm_omni_monitoring_enabled is false")
+        unused += [(name, "vllm_omni_monitoring_enabled is false")
+                   for name in ("vllm_omni_prometheus_port", "vllm_omni_monitoring_client_cidrs")]
     if not settings["vllm_omni_mooncake_master_enabled"]:
-        for name in ("vllm_omni_mooncake_master_rpc_port", "vllm_omni_mooncake_master_metrics_port"):
-            unused(name, "vllm_omni_mooncake_master_enabled is false")
+        unused += [(name, "vllm_omni_mooncake_master_enabled is false")
+                   for name in ("vllm_omni_mooncake_master_rpc_port", "vllm_omni_mooncake_master_metrics_port")]
     if not settings["vllm_omni_frontdoor_enabled"]:
-        unused("vllm_omni_router_backend_port", "vllm_omni_frontdoor_enabled is false (vllm-router itself listens on "
-               "vllm_omni_router_port)")
-        unused("vllm_omni_alert_certificate_days", "vllm_omni_frontdoor_enabled is false (no certificate to watch)")
+        unused += [("vllm_omni_router_backend_port", "vllm_omni_frontdoor_enabled is false (vllm-router itself "
+                    "listens on vllm_omni_router_port)"),
+                   ("vllm_omni_alert_certificate_days", "vllm_omni_frontdoor_enabled is false (no certificate to "
+                    "watch)")]
     if not settings["vllm_omni_firewall_enabled"]:
-        for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs"):
-            unused(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")
+        unused += [(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")
+                   for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs")]
+    return unused
+
+
+def _client_cidr_warnings(settings: dict, groups: Any, ips: dict[str, str | None]) -> list[str]:
+    """Client networks that no client can come from, or that together let every address in."""
+    warnings = []
     routers = [h for h in groups.router_hosts if ips.get(h)]
     if settings["vllm_omni_router_client_cidrs"] and routers and all(
             ipaddress.ip_address(ips[h]).is_loopback for h in routers):

@@ -140,9 +140,53 @@ def _driver_check(plan: dict, host: str, gpu_facts: dict) -> dict:
     return _check("nvidia driver", "ok", seen + (f" (needs {floor}+)" if floor else ""))
 
 
+def _gpu_checks(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> list[dict]:
+    """An engine host: its NVIDIA driver (none is fine for the simulator) and its disk."""
+    backend, wheel = plan["backend"]["name"], plan["engine"]
+    if gpu_facts:
+        checks = [_driver_check(plan, host, gpu_facts)]
+    elif backend == "engine":
+        checks = [_check("nvidia driver", "fail", "nvidia-smi is not installed",
+                         f"install the NVIDIA driver (vLLM-Omni {wheel['vllm_omni_version']}'s wheels need one "
+                         f"showing CUDA {wheel['wheel_cuda_major']} or newer), or use "
+                         "vllm_omni_engine_backend: simulator on CPU-only hosts")]
+    else:
+        checks = [_check("nvidia driver", "ok", "no nvidia-smi; fine for the simulator backend")]
+    return checks + _disk(plan, facts.get("disk", {}), backend)
+
+
+def _memlock_check(facts: dict) -> dict:
+    memlock = str(facts.get("memlock_hard", "unknown"))
+    if memlock == "unlimited":
+        return _check("memlock", "ok", "PID 1's locked-memory limit is unlimited")
+    return _check("memlock", "warn", f"PID 1's hard locked-memory limit is {memlock}",
+                  "units set LimitMEMLOCK=infinity; systemd can raise it only outside containers "
+                  "(RDMA registration fails without it)")
+
+
+def _rdma_checks(plan: dict, engine_host: bool, facts: dict) -> list[dict]:
+    """A pd engine host whose Mooncake transfer runs over RDMA: the devices the plan names are there."""
+    protocol = plan["settings"]["vllm_omni_mooncake_protocol"]["value"]
+    mooncake = plan["settings"].get("vllm_omni_kv_connector", {}).get("value", "mooncake") == "mooncake"
+    if not (engine_host and plan["layout"] == "pd" and mooncake and protocol == "rdma"):
+        return []
+    devices = facts.get("rdma_devices")
+    wanted = plan["settings"]["vllm_omni_mooncake_rdma_devices"]["value"]
+    if devices is None:
+        return [_check("rdma", "warn", "ibv_devices is not installed yet (the mooncake role installs it)",
+                       "re-run preflight after the mooncake role to list the devices")]
+    if not devices:
+        return [_check("rdma", "fail", "protocol rdma but ibv_devices lists no RDMA device",
+                       "Mooncake would silently fall back to TCP: fix the NIC driver, or set "
+                       "vllm_omni_mooncake_protocol: tcp")]
+    if set(wanted) - set(devices):
+        return [_check("rdma", "fail", f"devices {sorted(set(wanted) - set(devices))} are missing "
+                       f"(ibv_devices lists {devices})", "fix vllm_omni_mooncake_rdma_devices")]
+    return [_check("rdma", "ok", f"RDMA devices {devices}")]
+
+
 def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict:
     """The preflight report of one host."""
-    backend = plan["backend"]["name"]
     engine_host = host in plan["hosts"]
     checks = []
     checks.append(_check("systemd", "ok" if facts.get("systemd") else "fail",
@@ -150,42 +194,10 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
                          "" if facts.get("systemd") else "the collection runs every service as a systemd unit"))
     checks += _platform_checks(plan, host, facts)
     if engine_host:
-        wheel = plan["engine"]
-        if gpu_facts:
-            checks.append(_driver_check(plan, host, gpu_facts))
-        elif backend == "engine":
-            checks.append(_check("nvidia driver", "fail", "nvidia-smi is not installed",
-                                 f"install the NVIDIA driver (vLLM-Omni {wheel['vllm_omni_version']}'s wheels need one "
-                                 f"showing CUDA {wheel['wheel_cuda_major']} or newer), or use "
-                                 "vllm_omni_engine_backend: simulator on CPU-only hosts"))
-        else:
-            checks.append(_check("nvidia driver", "ok", "no nvidia-smi; fine for the simulator backend"))
-        checks += _disk(plan, facts.get("disk", {}), backend)
-    memlock = str(facts.get("memlock_hard", "unknown"))
-    if memlock == "unlimited":
-        checks.append(_check("memlock", "ok", "PID 1's locked-memory limit is unlimited"))
-    else:
-        checks.append(_check("memlock", "warn", f"PID 1's hard locked-memory limit is {memlock}",
-                             "units set LimitMEMLOCK=infinity; systemd can raise it only outside containers "
-                             "(RDMA registration fails without it)"))
+        checks += _gpu_checks(plan, host, facts, gpu_facts)
+    checks.append(_memlock_check(facts))
     checks += _ports(plan, host, facts.get("listening", []))
-    protocol = plan["settings"]["vllm_omni_mooncake_protocol"]["value"]
-    mooncake = plan["settings"].get("vllm_omni_kv_connector", {}).get("value", "mooncake") == "mooncake"
-    if engine_host and plan["layout"] == "pd" and mooncake and protocol == "rdma":
-        devices = facts.get("rdma_devices")
-        wanted = plan["settings"]["vllm_omni_mooncake_rdma_devices"]["value"]
-        if devices is None:
-            checks.append(_check("rdma", "warn", "ibv_devices is not installed yet (the mooncake role installs it)",
-                                 "re-run preflight after the mooncake role to list the devices"))
-        elif not devices:
-            checks.append(_check("rdma", "fail", "protocol rdma but ibv_devices lists no RDMA device",
-                                 "Mooncake would silently fall back to TCP: fix the NIC driver, or set "
-                                 "vllm_omni_mooncake_protocol: tcp"))
-        elif set(wanted) - set(devices):
-            checks.append(_check("rdma", "fail", f"devices {sorted(set(wanted) - set(devices))} are missing "
-                                 f"(ibv_devices lists {devices})", "fix vllm_omni_mooncake_rdma_devices"))
-        else:
-            checks.append(_check("rdma", "ok", f"RDMA devices {devices}"))
+    checks += _rdma_checks(plan, engine_host, facts)
     if plan.get("firewall", {}).get("enabled"):
         nft = facts.get("nft")
         checks.append(_check("firewall", "ok" if nft else "warn",

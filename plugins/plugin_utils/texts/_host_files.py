@@ -177,16 +177,20 @@ def frontdoor_key_map(keys: str | list[str], upstream: str | None = None) -> str
     return "".join(lines)
 
 
-def frontdoor_config(plan: dict, host: str) -> str:
-    """nginx's site for the front door: TLS on the router port, the API key checked, OpenAI routes only.
-
-    The key map it includes (``frontdoor.api_keys``) is written on the host only; without a required
-    key every client is let through (and the engines answer without one too).
-    """
-    router, frontdoor = plan["router"], plan["router"]["frontdoor"]
-    ip, port = router["per_host"][host]["ip"], router["port"]
-    backend = router["per_host"][host]["admin_url"]
+def _frontdoor_proxy(router: dict, backend: str) -> list:
+    """The /v1/ location's proxy directives: on to the router, streamed, the upstream key swapped in."""
     timeout = router["request_timeout"]
+    return [f"        proxy_pass {backend};", "        proxy_http_version 1.1;",
+            '        proxy_set_header Connection "";', "        proxy_set_header Host $host;",
+            "        proxy_set_header X-Forwarded-For $remote_addr;",
+            *(["        proxy_set_header Authorization $vllm_omni_upstream_authorization;"]
+              if router["api_key_required"] else []),
+            "        # Streamed completions: pass every chunk on as it comes.",
+            "        proxy_buffering off;", f"        proxy_read_timeout {timeout}s;", f"        proxy_send_timeout {timeout}s;"]
+
+
+def _frontdoor_checks(router: dict) -> list:
+    """The /v1/ location's refusals: paths that are not plain, and (where a key is required) a wrong key."""
     # Only plain paths go on: nginx matched the normalised path, and the router must see that same path
     # (no dot segments, no percent-encoding, no doubled slashes in what is sent on as it came).
     path_check = ["    if ($request_uri ~ \"^[^?]*(%|/\\.|//)\") { return 404 '{\"error\": \"not found\"}\\n'; }"]
@@ -194,13 +198,11 @@ def frontdoor_config(plan: dict, host: str) -> str:
     # client may send ("" for anything else): a key rotation changes this file and reloads nginx only.
     refused = "return 401 '{\"error\": \"missing or wrong API key\"}\\n';"
     key_check = ([f'    if ($vllm_omni_upstream_authorization = "") {{ {refused} }}'] if router["api_key_required"] else [])
-    proxy = [f"        proxy_pass {backend};", "        proxy_http_version 1.1;",
-             '        proxy_set_header Connection "";', "        proxy_set_header Host $host;",
-             "        proxy_set_header X-Forwarded-For $remote_addr;",
-             *(["        proxy_set_header Authorization $vllm_omni_upstream_authorization;"]
-               if router["api_key_required"] else []),
-             "        # Streamed completions: pass every chunk on as it comes.",
-             "        proxy_buffering off;", f"        proxy_read_timeout {timeout}s;", f"        proxy_send_timeout {timeout}s;"]
+    return path_check + key_check
+
+
+def _frontdoor_head(router: dict, frontdoor: dict) -> list:
+    """The site's header comment, its log format and (where a key is required) the key map."""
     lines = [
         f"# {frontdoor['config']}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
         "# The router's front door: TLS, the API key checked here (and again by the engines), only the",
@@ -212,7 +214,20 @@ def frontdoor_config(plan: dict, host: str) -> str:
     if router["api_key_required"]:
         lines += ["map $http_authorization $vllm_omni_upstream_authorization {", '    default "";',
                   f"    include {frontdoor['api_keys']};", "}"]
-    lines += [
+    return lines
+
+
+def frontdoor_config(plan: dict, host: str) -> str:
+    """nginx's site for the front door: TLS on the router port, the API key checked, OpenAI routes only.
+
+    The key map it includes (``frontdoor.api_keys``) is written on the host only; without a required
+    key every client is let through (and the engines answer without one too).
+    """
+    router, frontdoor = plan["router"], plan["router"]["frontdoor"]
+    ip, port = router["per_host"][host]["ip"], router["port"]
+    backend = router["per_host"][host]["admin_url"]
+    lines = [
+        *_frontdoor_head(router, frontdoor),
         "server {",
         f"    listen {ip}:{port} ssl;",
         f"    ssl_certificate {frontdoor['certificate']};",
@@ -222,8 +237,8 @@ def frontdoor_config(plan: dict, host: str) -> str:
         "    client_max_body_size 64m;  # audio, image and video inputs",
         f"    access_log {frontdoor['access_log']} vllm_omni;",
         "    location /v1/ {",
-        *("    " + line for line in path_check + key_check),
-        *proxy,
+        *("    " + line for line in _frontdoor_checks(router)),
+        *_frontdoor_proxy(router, backend),
         "    }",
         # Health, for load balancers and the collection's checks: no key, nothing but the status.
         f"    location = /health {{ proxy_pass {backend}; }}",

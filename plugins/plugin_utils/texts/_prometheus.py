@@ -91,36 +91,46 @@ def alert_rules(plan: dict) -> list[dict]:
                          "description": f"p99 over 10 minutes{pd_sum}: {{{{ $value | humanizeDuration }}}}."}},
     ]
     if plan["router"]["frontdoor"]["enabled"]:
-        days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))
-        rules.append(
-            {"alert": "VllmOmniCertificateExpiresSoon",
-             "expr": f'({CERTIFICATE_EXPIRY}{{job="vllm-omni-frontdoor"}} - time()) / 86400 < {days}',
-             "for": "10m", "labels": {"severity": "warning"},
-             "annotations": {"summary": f"The front door certificate on {{{{ $labels.host }}}} expires in less than "
-                                        f"{days} days (vllm_omni_alert_certificate_days)",
-                             "description": "{{ $value | printf \"%.1f\" }} days left (negative: expired). Renew: "
-                                            "deploy -e frontdoor_certificate_renew=true (the collection's CA), or "
-                                            "replace vllm_omni_tls_cert_file and deploy."}})
+        rules += _certificate_rules(plan)
     if plan["layout"] == "pd":
-        rules += [
-            # FinishReason.ERROR: "a retryable request-level internal error (e.g., KV load failure)".
-            {"alert": "VllmOmniPDHandoffFailures",
-             "expr": (f'sum by (host, pipeline) (increase(vllm:request_success_total{{{engine}, finished_reason="error"}}'
-                      "[5m])) > 0"),
-             "labels": {"severity": "critical"},
-             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} ended in an engine "
-                                        "error (a failed KV load among them) in the last 5 minutes",
-                             "description": "{{ $value }} request(s); the pipeline's journal shows the connector's lines."}},
-            # reason="deferred": waiting on something other than batch room; on a PD decode stage, remote KV.
-            {"alert": "VllmOmniDecodeWaitingForKV",
-             "expr": f'max by (host, pipeline) (vllm:num_requests_waiting_by_reason{{{engine}, reason="deferred"}}) > 0',
-             "for": "5m", "labels": {"severity": "warning"},
-             "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} have waited 5 minutes "
-                                        "on something other than capacity (decode: the prefill's KV)",
-                             "description": "{{ $value }} request(s) deferred; a decode holding them keeps their KV "
-                                            "blocks until the transfer times out."}},
-        ]
+        rules += _pd_rules(engine)
     return [{"name": "vllm-omni", "rules": rules}]
+
+
+def _certificate_rules(plan: dict) -> list[dict]:
+    """The front door's certificate expiring soon."""
+    days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))
+    return [
+        {"alert": "VllmOmniCertificateExpiresSoon",
+         "expr": f'({CERTIFICATE_EXPIRY}{{job="vllm-omni-frontdoor"}} - time()) / 86400 < {days}',
+         "for": "10m", "labels": {"severity": "warning"},
+         "annotations": {"summary": f"The front door certificate on {{{{ $labels.host }}}} expires in less than "
+                                    f"{days} days (vllm_omni_alert_certificate_days)",
+                         "description": "{{ $value | printf \"%.1f\" }} days left (negative: expired). Renew: "
+                                        "deploy -e frontdoor_certificate_renew=true (the collection's CA), or "
+                                        "replace vllm_omni_tls_cert_file and deploy."}}]
+
+
+def _pd_rules(engine: str) -> list[dict]:
+    """The PD handoff: requests that ended in an engine error, decode waiting on KV."""
+    return [
+        # FinishReason.ERROR: "a retryable request-level internal error (e.g., KV load failure)".
+        {"alert": "VllmOmniPDHandoffFailures",
+         "expr": (f'sum by (host, pipeline) (increase(vllm:request_success_total{{{engine}, finished_reason="error"}}'
+                  "[5m])) > 0"),
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} ended in an engine "
+                                    "error (a failed KV load among them) in the last 5 minutes",
+                         "description": "{{ $value }} request(s); the pipeline's journal shows the connector's lines."}},
+        # reason="deferred": waiting on something other than batch room; on a PD decode stage, remote KV.
+        {"alert": "VllmOmniDecodeWaitingForKV",
+         "expr": f'max by (host, pipeline) (vllm:num_requests_waiting_by_reason{{{engine}, reason="deferred"}}) > 0',
+         "for": "5m", "labels": {"severity": "warning"},
+         "annotations": {"summary": "Requests of {{ $labels.pipeline }} on {{ $labels.host }} have waited 5 minutes "
+                                    "on something other than capacity (decode: the prefill's KV)",
+                         "description": "{{ $value }} request(s) deferred; a decode holding them keeps their KV "
+                                        "blocks until the transfer times out."}},
+    ]
 
 
 def rules_text(plan: dict) -> str:

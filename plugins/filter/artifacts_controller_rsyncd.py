@@ -15,10 +15,6 @@ description:
     failed). Not chrooted, so a model directory whose files are symlinks into a Hugging Face cache is sent as files.
   - Each transfer is logged with the bytes sent (the controller's egress, docs/benchmarks.md).
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
   sources:
     description: Artifact id -> its directory on the controller.
     type: dict
@@ -27,6 +23,8 @@ options:
     description: The daemon's log (every transfer with its bytes).
     type: str
     required: true
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input
 """
 
 EXAMPLES = r"""

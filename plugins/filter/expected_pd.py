@@ -12,14 +12,12 @@ description:
   of the prefill engine the pipeline's config names in the pd layout; C(pair) is null otherwise. C(kv_connector) is the
   class both PD stages load; C(orchestrator) is false for a headless stage of a distributed pipeline (it runs no orchestrator).
 options:
-  _input:
-    description: One pipeline of the plan.
-    type: dict
-    required: true
   plan:
     description: The whole plan (for its layout).
     type: dict
     required: true
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.pipeline
 seealso:
 - plugin: vllm_omni.serve.expected_stages
   plugin_type: filter

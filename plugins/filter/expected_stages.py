@@ -10,11 +10,8 @@ version_added: 0.1.0
 description:
   - For M(vllm_omni.serve.config_check)'s C(expected_stages) option; each stage's C(id), C(model_stage),
     C(devices), C(tensor_parallel_size) and C(inputs) as the plan placed them.
-options:
-  _input:
-    description: One pipeline of the plan.
-    type: dict
-    required: true
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.pipeline
 seealso:
   - plugin: vllm_omni.serve.expected_pd
     plugin_type: filter

@@ -12,14 +12,12 @@ description:
     host's certificate and key (named after the host and its address). The directory is C($VLLM_OMNI_CACHE/tls)
     (default C(~/.cache/vllm-omni-serve/tls)).
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
   host:
     description: Inventory name of the router host.
     type: str
     required: true
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input
 """
 
 EXAMPLES = r"""

@@ -13,19 +13,13 @@ description:
     host-only secrets), kernel settings, firewall files, the router's restart marker and Prometheus' files.
   - C(render.yml) writes exactly these texts, so the render directory is what lands on the hosts.
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
-  host:
-    description: Inventory name of the host.
-    type: str
-    required: true
   components:
     description: Only the files of these footprint components (C(engine), C(router), C(mooncake), C(mooncake_master),
       C(firewall), C(monitoring)); all when omitted.
     type: list
     elements: str
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.host
 """
 
 EXAMPLES = r"""

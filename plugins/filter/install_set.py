@@ -13,14 +13,6 @@ description:
     TLS material made on the controller) are not included; the roles that make them write them.
   - The texts are those of P(vllm_omni.serve.host_files#filter), so what lands is what C(render.yml) writes.
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
-  host:
-    description: Inventory name of the host.
-    type: str
-    required: true
   components:
     description: Footprint components (C(engine), C(router), C(frontdoor), C(firewall), C(mooncake), C(monitoring),
       C(artifacts), C(mooncake_master)).
@@ -34,6 +26,8 @@ options:
     description: Only the files with these paths (for example one pipeline's files); directories are all listed.
     type: list
     elements: str
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.host
 """
 
 EXAMPLES = r"""

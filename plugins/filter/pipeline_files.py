@@ -13,10 +13,6 @@ description:
   - Keys are C(stage_config.yaml), C(engine.env), C(argv) and C(10-pipeline.conf) (the systemd drop-in
     holding C(EnvironmentFile=) and the exact C(ExecStart=)).
 options:
-  _input:
-    description: One pipeline of the plan (C(vllm_omni_plan.hosts[host].pipelines[i])).
-    type: dict
-    required: true
   plan:
     description: The whole plan (for the engine version and layout in the file headers).
     type: dict
@@ -24,6 +20,8 @@ options:
   file:
     description: Return only this file's text (one of the keys above) instead of the whole dict.
     type: str
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.pipeline
 seealso:
   - plugin: vllm_omni.serve.plan
     plugin_type: filter

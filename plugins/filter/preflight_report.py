@@ -13,14 +13,6 @@ description:
   - Returns C(host), C(status) (C(ok), C(warn), C(fail)) and C(checks), each with C(check), C(status),
     C(detail) and, when not ok, C(fix).
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
-  host:
-    description: The inventory hostname.
-    type: str
-    required: true
   facts:
     description: The host's M(vllm_omni.serve.preflight_facts) result.
     type: dict
@@ -28,6 +20,8 @@ options:
   gpu_facts:
     description: The host's C(vllm_omni_gpu_facts), or null.
     type: dict
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input.host
 seealso:
   - module: vllm_omni.serve.preflight_facts
   - plugin: vllm_omni.serve.preflight_summary

@@ -12,10 +12,6 @@ description:
     C(ok) is true only when every pipeline is active, healthy and a healthy router member, and the
     router lists no worker the plan does not have.
 options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
   units:
     description: host -> unit -> systemd properties (C(ActiveState), C(SubState), C(MainPID), C(ActiveEnterTimestamp)).
     type: dict
@@ -37,6 +33,8 @@ options:
       (C(no prometheus), C(prometheus did not answer), C(no data)), beside C(uptime_s), C(restarts) and C(version).
     type: dict
     required: false
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input
 seealso:
   - plugin: vllm_omni.serve.status_table
     plugin_type: filter

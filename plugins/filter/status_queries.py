@@ -12,11 +12,8 @@ description:
     decode's), ITL p50 and generated tokens per second of the stage that writes the text, from the engines'
     C(/metrics) as Prometheus scraped them. Empty where the plan runs no Prometheus.
   - The answers go to P(vllm_omni.serve.status_document#filter) as its C(metrics).
-options:
-  _input:
-    description: The plan.
-    type: dict
-    required: true
+extends_documentation_fragment:
+  - vllm_omni.serve.plan_input
 seealso:
   - plugin: vllm_omni.serve.status_document
     plugin_type: filter

@@ -42,8 +42,6 @@ options:
     type: int
     default: 7200
   progress_interval:
-    description: Seconds between progress lines.
-    type: int
     default: 10
 attributes:
   check_mode:
@@ -51,6 +49,7 @@ attributes:
     description: Pulls; the artifacts role skips it in check mode.
 extends_documentation_fragment:
   - vllm_omni.serve.attributes
+  - vllm_omni.serve.progress
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -37,10 +37,6 @@ options:
     description: Seconds between looks.
     type: int
     default: 5
-  progress_interval:
-    description: Seconds between progress lines.
-    type: int
-    default: 15
   journal_lines:
     description: Journal lines in the failure message (progress reads the newest 20).
     type: int
@@ -55,6 +51,7 @@ attributes:
     description: The waiting, progress and failure message are the action's; the module takes one look.
 extends_documentation_fragment:
   - vllm_omni.serve.attributes.read_only
+  - vllm_omni.serve.progress
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -29,10 +29,6 @@ options:
     description: Seconds the build may take before it is stopped and the task fails.
     type: int
     default: 3600
-  progress_interval:
-    description: Seconds between progress lines.
-    type: int
-    default: 15
 attributes:
   check_mode:
     support: none
@@ -42,6 +38,7 @@ attributes:
     description: The work is the action's; this file documents it.
 extends_documentation_fragment:
   - vllm_omni.serve.attributes
+  - vllm_omni.serve.progress
 author:
   - vllm_omni.serve contributors (@vllm-omni-serve)
 """

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from unitlib import REPO
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import MARKER
+
 GOLDEN = REPO / "tests" / "golden"
 
 
@@ -65,9 +67,11 @@ def test_installed_render_playbook_matches_the_golden_render(installed, tmp_path
     run(["ansible-playbook", "vllm_omni.serve.render", "-i", str(GOLDEN / "pd-1host-8gpu" / "inventory"),
          "-e", f"vllm_omni_render_dir={out}"], root, env)
     expected = GOLDEN / "pd-1host-8gpu" / "expected"
-    for path in expected.rglob("*"):
-        if path.is_file():
-            assert (out / path.relative_to(expected)).read_text() == path.read_text(), path
+    written = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file() and p.name != MARKER}
+    wanted = {p.relative_to(expected).as_posix(): p.read_text() for p in expected.rglob("*") if p.is_file()}
+    assert sorted(written) == sorted(wanted) and len(wanted) > 10, sorted(set(written) ^ set(wanted))
+    for path, text in wanted.items():
+        assert written[path] == text, path
 
 
 def _defined_filters() -> list[str]:

@@ -58,8 +58,10 @@ def rule_exprs(plan: dict) -> list[str]:
 
 def test_the_dashboard_and_the_rules_query_only_listed_names():
     listed = set(known()) | {"DCGM_FI_DEV_FB_USED"}  # the GPU panel's exporter (not installed by the collection)
-    for expr in (dashboard_exprs() + rule_exprs(GOLDEN_PLAN) + list(_status.queries('pd').values())
-                 + list(_status.queries('aggregated').values())):
+    sources = [dashboard_exprs(), rule_exprs(GOLDEN_PLAN), list(_status.queries('pd').values()),
+               list(_status.queries('aggregated').values())]
+    assert all(sources), [len(exprs) for exprs in sources]  # each source has queries to check
+    for expr in (expr for exprs in sources for expr in exprs):
         unknown = {base(n) for n in names_in(expr)} - listed
         assert not unknown, f"{expr}: {sorted(unknown)} not in data/metrics.yml"
 

@@ -59,9 +59,9 @@ def test_the_runbook_shows_commands():
 
 def test_every_playbook_command_of_the_runbook_is_run_as_shown_by_a_test_or_the_demo():
     missing = []
-    for words in doc_commands():
-        if words[0] != "ansible-playbook":
-            continue
+    playbook_commands = [words for words in doc_commands() if words[0] == "ansible-playbook"]
+    assert len(playbook_commands) >= 5, "the runbook's ```sh blocks show no ansible-playbook commands: is DOC read?"
+    for words in playbook_commands:
         playbook = words[1].removeprefix("vllm_omni.serve.") + ".yml"
         wanted = options(words[2:])
         if not any(all(option in call for option in wanted) for call in calls(playbook)):
@@ -71,9 +71,9 @@ def test_every_playbook_command_of_the_runbook_is_run_as_shown_by_a_test_or_the_
 
 def test_every_journal_command_of_the_runbook_is_run_by_a_lab_test():
     corpus = "\n".join(path.read_text() for path in CORPUS)
-    for words in doc_commands():
-        if words[0] != "journalctl":
-            continue
+    journal_commands = [words for words in doc_commands() if words[0] == "journalctl"]
+    assert journal_commands, "the runbook's ```sh blocks show no journalctl command: is DOC read?"
+    for words in journal_commands:
         unit = words[words.index("-u") + 1]
         kind = re.escape(unit.split("@")[0]) + ("@" if "@" in unit else r"\b")
         assert re.search(rf"journalctl -a -u {kind}", corpus), f"no lab test reads {unit}'s journal with -a"

@@ -257,7 +257,7 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     # The collection's KV connector sits in the venv's site-packages, and the engine imports it there.
     connector = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                              "'import vllm_omni_serve_kv as k; print(k.__file__, k.REVISION)'").split()[-2:]
-    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.13/site-packages/vllm_omni_serve_kv.py", "2"]
+    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.13/site-packages/vllm_omni_serve_kv.py", "3"]
     for pipeline in ("omni0", "omni1"):
         config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
         assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config

@@ -12,7 +12,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import whole_numbers
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line, pause_before_next_look
 
 display = Display()
 PROGRESS_JOURNAL_LINES = 20
@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
                 if elapsed - shown >= interval:
                     display.display(f"{host}: the health look failed, retrying: {seen.get('msg', '')[:200]}")
                     shown = elapsed
-                time.sleep(min(delay, max(0.0, timeout - elapsed)))
+                time.sleep(pause_before_next_look(elapsed, delay, timeout))
                 continue
             waiting = [target for target in seen["targets"] if not target["healthy"]]
             if not waiting:
@@ -74,7 +74,7 @@ class ActionModule(ActionBase):
                     display.display(health_wait_line(host, target["name"], elapsed, timeout,
                                                      f"{path}: {target['problem']}", target["journal"]))
                 shown = elapsed
-            time.sleep(min(delay, max(0.0, timeout - elapsed)))
+            time.sleep(pause_before_next_look(elapsed, delay, timeout))
 
     def _after_timeout(self, args: dict, host: str, numbers: dict, task_vars: dict, elapsed: float) -> dict:
         """One last look, with the whole journal: what still fails, and its journal lines."""

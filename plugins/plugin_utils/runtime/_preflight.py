@@ -207,7 +207,7 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
     clock = facts.get("clock_synchronized")
     checks.append(_check("clock", "ok" if clock else "warn",
                          {True: "clock synchronised (NTP)", False: "clock NOT synchronised",
-                          None: "clock synchronisation unknown (no timedatectl)"}[clock],
+                          None: "clock synchronisation unknown (the kernel refused adjtimex: a container?)"}[clock],
                          "" if clock else "enable systemd-timesyncd or chrony: logs and metrics across hosts need it"))
     status = "fail" if any(c["status"] == "fail" for c in checks) else (
         "warn" if any(c["status"] == "warn" for c in checks) else "ok")

@@ -96,6 +96,14 @@ def plain_log_line(line: str, width: int = 140) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def pause_before_next_look(elapsed: float, delay: float, timeout: float) -> float:
+    """Seconds to sleep before the next health look: 1 s at first, growing with the time already waited up to
+    ``delay``, never past the timeout. A restarted engine that is up in two seconds is seen then, not after a
+    whole ``delay`` (the simulator and the router answer in 1-3 s; a real engine's load takes minutes, where
+    looking every ``delay`` seconds is plenty)."""
+    return max(0.0, min(float(delay), max(1.0, elapsed / 4), timeout - elapsed))
+
+
 def health_wait_line(host: str, name: str, elapsed: float, timeout: int, status: str, journal: list[str]) -> str:
     """``lab-1/omni0: 45 s of 1800, /health: connection refused; loading weights (50%): <newest line>``."""
     phase = engine_phase(journal)

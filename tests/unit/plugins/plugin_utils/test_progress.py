@@ -9,6 +9,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress 
     engine_phase,
     health_wait_line,
     latest,
+    pause_before_next_look,
     plain_log_line,
     progress_line,
     venv_line,
@@ -131,3 +132,11 @@ def test_a_tqdm_bar_reads_as_its_newest_update():
                  "  55%|█████▍    | 6/11 [00:00<00:00, 11.17it/s]")
     assert engine_phase([tqdm_line]) == "stage 1: capturing CUDA graphs (decode, FULL: 55%)"
     assert plain_log_line(tqdm_line) == "Capturing CUDA graphs (decode, FULL):  55%|█████▍    | 6/11 [00:00<00:00, 11.17it/s]"
+
+
+def test_health_looks_start_a_second_apart_and_slow_to_the_delay_never_past_the_timeout():
+    # A service up after 2 s is seen at the second look, not after the 5 s delay.
+    assert [pause_before_next_look(elapsed, 5, 1800) for elapsed in (0.3, 2.0, 8.0, 20.0, 600.0)] == [1.0, 1.0, 2.0, 5.0, 5.0]
+    assert pause_before_next_look(1799.5, 5, 1800) == 0.5
+    assert pause_before_next_look(1801, 5, 1800) == 0.0
+    assert pause_before_next_look(0.0, 0.5, 1800) == 0.5  # a delay under a second is kept as given

@@ -16,7 +16,7 @@ description:
     cache, capturing CUDA graphs, starting the API server), followed by the journal's newest line.
   - When the time is up it fails with one message per target that did not answer, naming the host, the target,
     its unit and URL, and the unit's last I(journal_lines) journal lines.
-  - Runs as an action on the controller that repeats one look on the host (this module): 1 s apart
+  - Runs as an action on the controller that repeats one look on the host (this module), 1 s apart
     at first, slowing to every I(delay) seconds as the wait grows (a restart up in two seconds is seen then).
 options:
   targets:

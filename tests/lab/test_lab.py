@@ -63,8 +63,15 @@ def playbook(name: str, inventory: Path, *extra: str, check: bool = True) -> sub
     result = subprocess.run(["ansible-playbook", f"playbooks/{name}", "-i", str(LAB_INVENTORY), "-i", str(inventory),
                              *extra], cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if check:
-        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+        assert result.returncode == 0, failed_tasks(result.stdout) + result.stdout[-4000:] + result.stderr[-2000:]
     return result
+
+
+def failed_tasks(output: str) -> str:
+    """Each task block of a playbook's output that holds a failure (its TASK line and results, 3,000 characters
+    at most each): the tail of a long run is its recap, which names the failing host but not the task."""
+    blocks = [block for block in output.split("\nTASK [") if "fatal: [" in block or "failed: [" in block]
+    return "".join(f"TASK [{block[:3000]}\n" for block in blocks[:4]) + ("...\n" if blocks else "")
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

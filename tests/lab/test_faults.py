@@ -345,7 +345,13 @@ def host_state(host: str) -> dict:
 def test_a_deploy_limited_to_one_host_changes_that_host_only(two_hosts):
     base = two_hosts(**LIMIT_BASE)
     playbook("deploy.yml", base)  # a known starting point (and the discovery of both hosts kept on the controller)
-    # lab-2 drifts: its pipeline is stopped and its environment file edited.
+    # The operator restarted lab-2's pipeline as often as systemd's start limit allows within its interval
+    # (StartLimitBurst 5 in 900 s): a sixth start would be refused ("start request repeated too quickly")
+    # unless the deploy clears the counter before its own, deliberate start (roles/engine reset_start_limit.yml).
+    restarts = on("lab-2", "systemctl reset-failed vllm-omni@omni0; for i in 1 2 3 4 5; do "
+                           "systemctl restart vllm-omni@omni0 || exit 1; done; echo restarted")
+    assert restarts.strip() == "restarted", restarts
+    # Then it drifts: its pipeline is stopped and its environment file edited.
     on("lab-2", "systemctl stop vllm-omni@omni0 && echo DRIFT=1 >> /etc/vllm-omni/omni0/engine.env")
     lab1 = host_state("lab-1")
     started = time.monotonic()

@@ -156,6 +156,34 @@ def test_rolling_upgrade_of_the_spanning_pipeline_under_load_drops_no_request(sp
     record("rolling_upgrade_spanning", seconds=round(seconds, 1), load=report)
 
 
+def test_a_killed_headless_stage_is_restarted_and_its_pipeline_serves_again(spanning):
+    """kill -9 of the headless decode stage under load: what clients see, how long until systemd has it back
+    and until a request through the spanning pipeline's head reaches it again (issue 25's fault numbers)."""
+    unit = "vllm-omni@omni-span0-decode0"
+    restarts = int(on("lab-3", f"systemctl show -p NRestarts --value {unit}").strip() or 0)
+    load = Load()
+    time.sleep(3)
+    killed = time.monotonic()
+    on("lab-3", f"kill -9 $(systemctl show -p MainPID --value {unit})")
+    back = served = None
+    for _round in range(120):
+        now = time.monotonic() - killed
+        if back is None and int(on("lab-3", f"systemctl show -p NRestarts --value {unit}").strip() or 0) > restarts \
+                and on("lab-3", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.13:8091/health") == "200":
+            back, count = now, decode_requests()
+        elif back is not None and decode_requests() > count:
+            served = now
+            break
+        time.sleep(0.5)
+    report = load.report()
+    record("kill_9_headless", load=report, restarted_s=back and round(back, 1), serves_again_s=served and round(served, 1))
+    assert back is not None, "systemd did not bring the killed headless stage back"
+    assert served is not None, "no request reached the restarted headless stage through its head"
+    # The head's requests to a dead decode stage fail at once; the router retries them on another pipeline
+    # (vllm_omni_router_max_retries), so at most the requests in flight at the kill can fail.
+    assert report["failed"] <= 4 and report["ok"] > 100, report
+
+
 def test_stop_stops_every_stage_and_deploy_brings_the_pipeline_back(spanning, tmp_path_factory):
     directory = inventory(tmp_path_factory, vllm_omni_extra_env={"ROLLOUT_MARK": "1"})
     playbook("stop.yml", directory)

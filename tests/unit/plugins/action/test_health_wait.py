@@ -65,10 +65,12 @@ def action(monkeypatch):
 
 def test_healthy_after_retries_reports_the_wait(action):
     run = action({"targets": [TARGET], "delay": 5, "progress_interval": 10},
-                 [seen(False, ["Loading weights took 1.0 seconds"])] * 4 + [seen(True)])
+                 [seen(False, ["Loading weights took 1.0 seconds"])] * 10 + [seen(True)])
     result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
     assert not result.get("failed") and result["changed"] is False
-    assert result["waited"] == 20.0 and len(run.looks) == 5
+    # Looks 1 s apart for the first 5 s, then a quarter of the time waited (1.25, 1.56, 1.95, 2.44, 3.05 s),
+    # never more than the delay: 10 failed looks are 15.3 s, where a fixed 5 s delay made them 50 s.
+    assert result["waited"] == 15.3 and len(run.looks) == 11
     assert run.shown and all(line.startswith("lab-1") and "omni0" in line for line in run.shown)
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import whole_numbers
+from ansible_collections.vllm_omni.serve.plugins.module_utils._health import ARGUMENT_SPEC, incomplete
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line, pause_before_next_look
 
 display = Display()
@@ -20,8 +20,6 @@ PROGRESS_JOURNAL_LINES = 20
 
 class ActionModule(ActionBase):
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("targets", "path", "timeout", "delay", "progress_interval", "journal_lines",
-                             "request_timeout"))
 
     def _look(self, args: dict, journal_lines: int, task_vars: dict) -> dict:
         return self._execute_module(module_name="vllm_omni.serve.health_wait", task_vars=task_vars,
@@ -29,17 +27,16 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        try:
-            numbers = whole_numbers(args, {"timeout": 1800, "delay": 5, "progress_interval": 15, "journal_lines": 40})
-        except ValueError as error:  # bad input fails now, in one line, not as a traceback
-            return {**result, "failed": True, "msg": f"{host}: health_wait {error}"}
-        targets = args.get("targets")
-        missing = incomplete(targets) if isinstance(targets, list) else ["all"]
-        if missing:  # bad input fails now, not after the timeout
-            return {**result, "failed": True,
-                    "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, unit or url (a list of dicts)"}
+        try:  # the module's own spec: bad input fails now, in one line, not after the timeout
+            _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        except AnsibleActionFail as error:
+            return {**result, "failed": True, "msg": f"{host}: health_wait: {error.message}"}
+        missing = incomplete(args["targets"])
+        if missing:
+            return {**result, "failed": True, "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, "
+                                                     "unit or health_url (the plan's whole URL)"}
+        numbers = {name: args[name] for name in ("timeout", "delay", "progress_interval", "journal_lines")}
         outcome, elapsed = self._wait(args, host, numbers, task_vars)
         if outcome is None:
             outcome = self._after_timeout(args, host, numbers, task_vars, elapsed)
@@ -49,7 +46,6 @@ class ActionModule(ActionBase):
         """Look until every target is healthy (the result), the host is gone or a look fails at the timeout (that
         look), or the timeout passes with targets still waiting (None); and the seconds it took."""
         timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
-        path = args.get("path", "/health")
         started, shown = time.monotonic(), 0.0
         while True:
             seen = self._look(args, PROGRESS_JOURNAL_LINES, task_vars)
@@ -72,7 +68,7 @@ class ActionModule(ActionBase):
             if elapsed - shown >= interval:
                 for target in waiting:
                     display.display(health_wait_line(host, target["name"], elapsed, timeout,
-                                                     f"{path}: {target['problem']}", target["journal"]))
+                                                     f"{target['url']}: {target['problem']}", target["journal"]))
                 shown = elapsed
             time.sleep(pause_before_next_look(elapsed, delay, timeout))
 

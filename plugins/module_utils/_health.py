@@ -42,18 +42,28 @@ def journal(unit: str, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+# The options of the module and its action alike (the action validates them before its first look).
+ARGUMENT_SPEC = {
+    "targets": {"type": "list", "elements": "dict", "required": True},
+    "timeout": {"type": "int", "default": 1800},
+    "delay": {"type": "int", "default": 5},
+    "progress_interval": {"type": "int", "default": 15},
+    "journal_lines": {"type": "int", "default": 40},
+    "request_timeout": {"type": "int", "default": 5},
+}
+
+
 def incomplete(targets: list) -> list[str]:
-    """The positions of targets that lack a name, a unit or a URL (bad input: refused before any look)."""
+    """The positions of targets that lack a name, a unit or a health URL (bad input: refused before any look)."""
     return [str(index) for index, target in enumerate(targets)
-            if not isinstance(target, dict) or not (target.get("name") and target.get("unit"))
-            or not (target.get("health_url") or target.get("url"))]
+            if not isinstance(target, dict) or not (target.get("name") and target.get("unit") and target.get("health_url"))]
 
 
-def look(targets: list[dict], path: str, journal_lines: int, timeout: float) -> list[dict]:
-    """Each target's status; the journal only of those that did not answer 200."""
+def look(targets: list[dict], journal_lines: int, timeout: float) -> list[dict]:
+    """Each target's status at its whole health URL (the plan's); the journal only of those not answering 200."""
     seen = []
     for target in targets:
-        url = (target.get("health_url") or target["url"]) + path
+        url = target["health_url"]
         status, problem = answer(url, timeout)
         seen.append({"name": target["name"], "unit": target["unit"], "url": url, "status": status,
                      "healthy": status == 200, "problem": problem,

@@ -9,7 +9,7 @@ module: health_wait
 short_description: Wait until each service answers its health URL with 200, saying from its journal what it is doing
 version_added: 0.1.0
 description:
-  - Asks each target's URL (plus I(path)) on the host until every one answers 200 or I(timeout) seconds pass.
+  - Asks each target's health URL on the host until every one answers 200 or I(timeout) seconds pass.
   - While it waits it prints, every I(progress_interval) seconds, one line per target that is not healthy yet.
     The line says how long it has waited, what the URL answered, and what the unit's journal says the engine is
     doing, read from vLLM's start-up milestones (loading weights with its percentage, compiling, allocating the KV
@@ -21,15 +21,12 @@ description:
 options:
   targets:
     description:
-      - Services to wait for, each with C(name), C(unit) (its systemd unit) and C(url) (or C(health_url), used
-        first); other keys are ignored, so the plan's pipelines can be passed as they are.
+      - Services to wait for, each with C(name), C(unit) (its systemd unit) and C(health_url) (the whole URL
+        that answers 200 when it serves, as the plan spells it); other keys are ignored, so the plan's pipelines
+        can be passed as they are.
     type: list
     elements: dict
     required: true
-  path:
-    description: Appended to each URL (C(/health), C(/readiness)).
-    type: str
-    default: /health
   timeout:
     description: Seconds to wait in all.
     type: int
@@ -58,11 +55,17 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Health | every pipeline answers /health
+- name: Health | every pipeline answers its health URL
   vllm_omni.serve.health_wait:
-    targets: "{{ vllm_omni_plan.hosts[inventory_hostname].pipelines }}"
-    path: /health
+    targets: "{{ vllm_omni_plan.hosts[inventory_hostname].pipelines | selectattr('health_url') | list }}"
     timeout: 1800
+
+- name: Health | the router is ready
+  vllm_omni.serve.health_wait:
+    targets:
+      - name: router
+        unit: "{{ vllm_omni_plan.router.unit }}"
+        health_url: "{{ vllm_omni_plan.router.per_host[inventory_hostname].admin_readiness_url }}"
 """
 
 RETURN = r"""
@@ -80,24 +83,17 @@ waited:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vllm_omni.serve.plugins.module_utils._health import incomplete, look
+from ansible_collections.vllm_omni.serve.plugins.module_utils._health import ARGUMENT_SPEC, incomplete, look
 
 
 def main():
     module = AnsibleModule(
-        argument_spec={"targets": {"type": "list", "elements": "dict", "required": True},
-                       "path": {"type": "str", "default": "/health"},
-                       "timeout": {"type": "int", "default": 1800},
-                       "delay": {"type": "int", "default": 5},
-                       "progress_interval": {"type": "int", "default": 15},
-                       "journal_lines": {"type": "int", "default": 40},
-                       "request_timeout": {"type": "int", "default": 5}},
-        supports_check_mode=True)
+        argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     targets = module.params["targets"]
     missing = incomplete(targets)
     if missing:
-        module.fail_json(msg=f"targets {', '.join(missing)} lack a name, unit or url")
-    seen = look(targets, module.params["path"], module.params["journal_lines"], module.params["request_timeout"])
+        module.fail_json(msg=f"targets {', '.join(missing)} lack a name, unit or health_url")
+    seen = look(targets, module.params["journal_lines"], module.params["request_timeout"])
     module.exit_json(changed=False, targets=seen, waited=0.0)
 
 

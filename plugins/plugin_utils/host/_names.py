@@ -68,6 +68,17 @@ ARTIFACT_MANIFEST_DIR = f"{STATE_DIR}/artifacts"
 ARTIFACT_CONFIG = f"{STATE_DIR}/rsyncd.conf"
 ARTIFACT_UNIT = "vllm-omni-artifacts.service"
 
+# Where each HTTP service answers what. The plan's URLs are whole (``health_url``, ``readiness_url``,
+# ``metrics_url``, ...): roles and playbooks append nothing.
+HEALTH_PATH = "/health"  # vLLM's API server, the simulator, mooncake_master: 200 once it serves
+READINESS_PATH = "/readiness"  # vllm-router: 200 with at least one healthy worker (its /health wants all)
+METRICS_PATH = "/metrics"  # Prometheus text: the engines, the router, the master, the front door
+PROMETHEUS_READY_PATH = "/-/ready"  # Prometheus itself, once its configuration is loaded
+
+
+def http_url(ip: str, port: int, path: str = "", scheme: str = "http") -> str:
+    return f"{scheme}://{ip}:{port}{path}"
+
 
 def pipeline_unit(name: str) -> str:
     return f"vllm-omni@{name}.service"

@@ -236,8 +236,11 @@ class PipelineBuilder:
             "pd_bootstrap": f"{prefill.ip}:{prefill.ports['bootstrap']}" if "bootstrap" in prefill.ports else None,
             # Only the head serves the API. A headless engine has no HTTP server: it is healthy when its
             # unit runs and the head's /health answers; its simulator stand-in answers /health itself.
-            "url": f"http://{ip}:{ports['api']}" if engine.is_head else None,
-            "health_url": f"http://{ip}:{ports['api']}" if engine.is_head or self.backend["stand_in"] else None,
+            "url": _names.http_url(ip, ports['api']) if engine.is_head else None,
+            "health_url": (_names.http_url(ip, ports['api'], _names.HEALTH_PATH)
+                           if engine.is_head or self.backend["stand_in"] else None),
+            "metrics_url": (_names.http_url(ip, ports['api'], _names.METRICS_PATH)
+                            if engine.is_head or self.backend["stand_in"] else None),
             "paths": paths,
             "environment": environment(settings, ip, list(engine.gpus), ports),
             "argv": (head_argv(deployment, self.backend, ip, ports, paths, context.stand_ins) if engine.is_head else
@@ -283,8 +286,9 @@ class PipelineBuilder:
             "stages": stages,
             "ports": ports,
             "kv_ip": ip,
-            "url": f"http://{ip}:{ports['api']}",
-            "health_url": f"http://{ip}:{ports['api']}",
+            "url": _names.http_url(ip, ports['api']),
+            "health_url": _names.http_url(ip, ports['api'], _names.HEALTH_PATH),
+            "metrics_url": _names.http_url(ip, ports['api'], _names.METRICS_PATH),
             "paths": paths,
             "environment": environment(settings, ip, pipeline_gpus, ports),
             "argv": argv(deployment, self.backend, ip, ports, paths),

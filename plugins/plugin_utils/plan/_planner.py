@@ -262,10 +262,10 @@ def _distributed_summary(name: str, processes: list[dict], stand_in: bool) -> di
     # Where a drained pipeline shows its requests in flight (upgrade waits for 0), read from the head's
     # host: the head's API server; for the simulator, each stand-in engine (the head's own on loopback).
     if stand_in:
-        metrics = [f"http://127.0.0.1:{head['ports']['master']}/metrics"] + [
-            f"{p['health_url']}/metrics" for p in processes if p["process"] == "headless"]
+        metrics = [_names.http_url("127.0.0.1", head['ports']['master'], _names.METRICS_PATH)] + [
+            p["metrics_url"] for p in processes if p["process"] == "headless"]
     else:
-        metrics = [f"{head['url']}/metrics"]
+        metrics = [head["metrics_url"]]
     return {
         "pipeline": name,
         "head": {"host": head["host"], "unit": head["unit"], "url": head["url"],

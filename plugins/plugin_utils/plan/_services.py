@@ -22,7 +22,7 @@ def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> 
         "--worker-urls", *worker_urls,
         "--policy", settings["vllm_omni_router_policy"],
         "--prometheus-host", ip, "--prometheus-port", str(settings["vllm_omni_router_metrics_port"]),
-        "--health-check-endpoint", "/health",
+        "--health-check-endpoint", _names.HEALTH_PATH,
         "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
         "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
         # The router starts after the pipelines are healthy; if one is down it still starts after
@@ -81,12 +81,15 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     per_host = {}
     for host in sorted(hosts):
         ip = ips[host]
+        admin = _names.http_url("127.0.0.1", backend) if frontdoor["enabled"] else _names.http_url(ip, port)
         per_host[host] = {
             "ip": ip,
-            "url": f"{scheme}://{ip}:{port}",  # what clients use (the front door when there is one)
+            "url": _names.http_url(ip, port, scheme=scheme),  # what clients use (the front door when there is one)
+            "readiness_url": _names.http_url(ip, port, _names.READINESS_PATH, scheme),  # through that same door
             # vllm-router itself: its admin API (membership, drain) is reached from the router host only.
-            "admin_url": f"http://127.0.0.1:{backend}" if frontdoor["enabled"] else f"http://{ip}:{port}",
-            "metrics_url": f"http://{ip}:{metrics}/metrics",
+            "admin_url": admin,
+            "admin_readiness_url": admin + _names.READINESS_PATH,
+            "metrics_url": _names.http_url(ip, metrics, _names.METRICS_PATH),
             "argv": _router_argv(settings, venv, ip, worker_urls),
         }
     listen = [{"service": "router", "purpose": "api", "first": port, "last": port},
@@ -128,8 +131,8 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
         per_host[host] = {
             "ip": ip,
             "rpc_address": f"{ip}:{rpc}",
-            "health_url": f"http://{ip}:{http}/health",
-            "metrics_url": f"http://{ip}:{http}/metrics",
+            "health_url": _names.http_url(ip, http, _names.HEALTH_PATH),
+            "metrics_url": _names.http_url(ip, http, _names.METRICS_PATH),
             # Bound to the host's address, not 0.0.0.0. The embedded HTTP metadata server stays off:
             # it ignores its host flag and binds every interface (docs/mooncake.md).
             "argv": [f"{venv}/bin/mooncake_master", f"--rpc_address={ip}", f"--rpc_port={rpc}",
@@ -169,7 +172,8 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
         "unit": _names.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
         "targets_dir": _names.PROMETHEUS_TARGETS_DIR,
         "target_files": [f"{stem}.json" for stem in stems],
-        "per_host": {host: {"ip": ips[host], "url": f"http://{ips[host]}:{port}",
+        "per_host": {host: {"ip": ips[host], "url": _names.http_url(ips[host], port),
+                            "ready_url": _names.http_url(ips[host], port, _names.PROMETHEUS_READY_PATH),
                             "listen_address": f"{ips[host]}:{port}"} for host in sorted(hosts)},
         "listen_ports": {host: [{"service": "prometheus", "purpose": "web", "first": port, "last": port}]
                          for host in sorted(hosts)},

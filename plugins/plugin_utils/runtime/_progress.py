@@ -105,7 +105,7 @@ def pause_before_next_look(elapsed: float, delay: float, timeout: float) -> floa
 
 
 def health_wait_line(host: str, name: str, elapsed: float, timeout: int, status: str, journal: list[str]) -> str:
-    """``lab-1/omni0: 45 s of 1800, /health: connection refused; loading weights (50%): <newest line>``."""
+    """``lab-1/omni0: 45 s of 1800, http://10.0.0.5:8091/health: connection refused; loading weights (50%): <newest line>``."""
     phase = engine_phase(journal)
     newest = plain_log_line(journal[-1]) if journal else "no journal lines yet"
     doing = f"{phase}: {newest}" if phase else newest

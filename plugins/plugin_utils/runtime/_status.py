@@ -158,7 +158,7 @@ def _pipeline_row(host: str, pipeline: dict, seen_by: _Observed) -> dict:
     units, health, members, observed, why, version, now = (
         seen_by.units, seen_by.health, seen_by.members, seen_by.observed, seen_by.why, seen_by.version, seen_by.now)
     unit = units.get(host, {}).get(pipeline["unit"], {})
-    url, health_url = pipeline["url"], pipeline.get("health_url", pipeline["url"])
+    url, health_url = pipeline["url"], pipeline.get("health_url")
     active = unit.get("ActiveState") == "active"
     since = _since(unit.get("ActiveEnterTimestamp")) if active else None
     restarts = str(unit.get("NRestarts", ""))

@@ -241,10 +241,10 @@ def frontdoor_config(plan: dict, host: str) -> str:
         *_frontdoor_proxy(router, backend),
         "    }",
         # Health, for load balancers and the collection's checks: no key, nothing but the status.
-        f"    location = /health {{ proxy_pass {backend}; }}",
-        f"    location = /readiness {{ proxy_pass {backend}; }}",
+        f"    location = {_names.HEALTH_PATH} {{ proxy_pass {backend}; }}",
+        f"    location = {_names.READINESS_PATH} {{ proxy_pass {backend}; }}",
         # The door's own metrics (its certificate's expiry, as installed), for Prometheus: public facts only.
-        "    location = /metrics {",
+        f"    location = {_names.METRICS_PATH} {{",
         '        default_type "text/plain; version=0.0.4";',
         f"        alias {frontdoor['metrics']};",
         "        access_log off;",

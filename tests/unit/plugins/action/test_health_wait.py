@@ -10,7 +10,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.vllm_omni.serve.plugins.action import health_wait
 
-TARGET = {"name": "omni0", "unit": "vllm-omni@omni0.service", "url": "http://127.0.0.1:8091"}
+TARGET = {"name": "omni0", "unit": "vllm-omni@omni0.service", "health_url": "http://127.0.0.1:8091/health"}
 
 
 class Clock:
@@ -36,7 +36,7 @@ class PlayContext:
 
 
 def seen(healthy, journal=()):
-    return {"targets": [{**TARGET, "url": TARGET["url"] + "/health", "healthy": healthy,
+    return {"targets": [{**TARGET, "url": TARGET["health_url"], "healthy": healthy,
                          "problem": "" if healthy else "connection refused", "journal": list(journal)}]}
 
 
@@ -52,6 +52,7 @@ def action(monkeypatch):
     def make(args, answers):
         module = object.__new__(health_wait.ActionModule)
         module._task, module._play_context = Task(args), PlayContext()
+        module._load_name = "vllm_omni.serve.health_wait"
         looks = []
 
         def look(module_args, journal_lines, task_vars):
@@ -75,10 +76,12 @@ def test_healthy_after_retries_reports_the_wait(action):
 
 
 @pytest.mark.parametrize("args, needle", [
-    ({"targets": [TARGET], "timeout": "half an hour"}, "health_wait timeout must be a whole number"),
-    ({"targets": [TARGET], "journal_lines": None}, "health_wait journal_lines must be a whole number"),
-    ({"targets": [{"name": "omni0", "url": "http://x"}]}, "targets 0 lack a name, unit or url"),
-    ({"targets": "omni0"}, "targets all lack"),
+    ({"targets": [TARGET], "timeout": "half an hour"}, "argument 'timeout' is of type str and we were unable to convert to int"),
+    ({"targets": [TARGET], "journal_lines": [40]}, "argument 'journal_lines' is of type list"),
+    ({"targets": [TARGET], "path": "/health"}, "Unsupported parameters"),  # the plan's URLs are whole now
+    ({"timeout": 60}, "missing required arguments: targets"),
+    ({"targets": [{"name": "omni0", "unit": "u", "url": "http://x"}]}, "targets 0 lack a name, unit or health_url"),
+    ({"targets": "omni0"}, "'targets' is of type"),
 ])
 def test_bad_input_fails_at_once_without_a_look(action, args, needle):
     run = action(args, [seen(True)])

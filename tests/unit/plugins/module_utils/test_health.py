@@ -38,10 +38,10 @@ def closed_port() -> int:
 def test_each_target_is_asked_once_and_only_the_unhealthy_get_their_journal(server, monkeypatch):
     asked = []
     monkeypatch.setattr(_health, "journal", lambda unit, lines: asked.append((unit, lines)) or [f"{unit} says hi"])
-    targets = [{"name": "omni0", "unit": "vllm-omni@omni0", "url": server, "gpus": [0, 1]},
-               {"name": "omni1", "unit": "vllm-omni@omni1", "url": "http://unused", "health_url": server + "/x"},
-               {"name": "omni2", "unit": "vllm-omni@omni2", "url": f"http://127.0.0.1:{closed_port()}"}]
-    seen = _health.look(targets, "/health", 20, 2)
+    targets = [{"name": "omni0", "unit": "vllm-omni@omni0", "health_url": server + "/health", "gpus": [0, 1]},
+               {"name": "omni1", "unit": "vllm-omni@omni1", "url": server, "health_url": server + "/x/health"},
+               {"name": "omni2", "unit": "vllm-omni@omni2", "health_url": f"http://127.0.0.1:{closed_port()}/health"}]
+    seen = _health.look(targets, 20, 2)
     assert [(s["name"], s["status"], s["healthy"]) for s in seen] == [
         ("omni0", 200, True), ("omni1", 503, False), ("omni2", None, False)]
     assert seen[0]["journal"] == [] and seen[0]["problem"] == ""
@@ -66,6 +66,8 @@ def test_the_journal_is_the_current_runs(monkeypatch):
     assert calls[-1][:3] == ["journalctl", "-u", "never-started"]
 
 
-def test_targets_without_name_unit_or_url_are_named():
-    assert _health.incomplete([{"name": "a", "unit": "u", "url": "http://x"}, {"name": "b", "unit": "u"},
-                               {"unit": "u", "health_url": "http://y"}, "not a dict"]) == ["1", "2", "3"]
+def test_targets_without_name_unit_or_health_url_are_named():
+    # A base URL alone ("url") is not enough: the plan's health URLs are whole and nothing appends a path.
+    assert _health.incomplete([{"name": "a", "unit": "u", "health_url": "http://x/health"}, {"name": "b", "unit": "u"},
+                               {"unit": "u", "health_url": "http://y"}, "not a dict",
+                               {"name": "e", "unit": "u", "url": "http://x"}]) == ["1", "2", "3", "4"]

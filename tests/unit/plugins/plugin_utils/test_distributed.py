@@ -154,7 +154,8 @@ def test_stand_ins_of_a_distributed_pipeline_are_a_pd_router_and_prefill_decode_
     assert head["argv"][head["argv"].index("--decode") + 1] == "http://10.0.0.12:8091"
     assert decode["argv"][-8:] == ["--mode", "decode", "--host", "10.0.0.12", "--port", "8091", "--model",
                                    "Qwen/Qwen3-Omni-30B-A3B-Instruct"]
-    assert decode["health_url"] == "http://10.0.0.12:8091" and decode["api_key_env"] is None
+    assert decode["health_url"] == "http://10.0.0.12:8091/health" and decode["api_key_env"] is None
+    assert decode["metrics_url"] == "http://10.0.0.12:8091/metrics" and decode["url"] is None
     assert "vllm-router==0.1.17" in plan["backend"]["packages"]
     assert plan["distributed_pipelines"]["omni-span0"]["in_flight_metrics"] == [
         "http://127.0.0.1:8400/metrics", "http://10.0.0.12:8091/metrics"]

@@ -17,6 +17,9 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _names
 from unitlib import REPO
 
 URL_SUFFIX = re.compile(r"/(health|readiness|metrics)\b|/-/ready\b")
+# A path spelled onto the controller's cache (its layout is the plan's artifacts.controller and each artifact's
+# controller_dir / controller_manifest, joined with path_join).
+CACHE_SPELLED = re.compile(r"controller_cache\s*~|controller_cache\s*}}/")
 PROSE_KEYS = {"description", "short_description", "msg", "fail_msg", "success_msg"}
 
 
@@ -43,7 +46,8 @@ def values(node, key=None, listed=False):
 
 def spelled(text: str, owned: dict[str, str]) -> list[str]:
     found = [f"{name} ({value})" for name, value in owned.items() if value in text]
-    return found + [f"URL suffix {match.group(0)}" for match in URL_SUFFIX.finditer(text)]
+    return (found + [f"URL suffix {match.group(0)}" for match in URL_SUFFIX.finditer(text)]
+            + [f"cache path {match.group(0)}" for match in CACHE_SPELLED.finditer(text)])
 
 
 def yaml_files() -> list:
@@ -65,6 +69,9 @@ def test_the_measure_finds_what_it_looks_for():
     assert seen == ["url: URL suffix /readiness", "name: ROUTER_UNIT (vllm-omni-router.service)"]
     assert spelled("systemctl restart vllm-omni-router.service", owned) == [
         "ROUTER_UNIT (vllm-omni-router.service)"]
+    assert spelled("{{ artifacts_controller_cache ~ '/artifacts/' ~ item.id }}", owned) == [
+        "cache path controller_cache ~"]
+    assert spelled("{{ [artifacts_controller_cache, item.controller_manifest] | ansible.builtin.path_join }}", owned) == []
 
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda path: path.relative_to(REPO).as_posix())

@@ -115,6 +115,20 @@ def tls_dir(environ=None) -> Path:
     return cache_root(environ) / "tls"
 
 
+# The controller cache's layout, relative to cache_root() (the plan's ``artifacts.controller`` and each
+# artifact's ``controller_dir``/``controller_manifest``; the artifacts role joins them to its cache directory).
+CONTROLLER_WHEELHOUSE = "wheelhouse"  # one wheel set per lock and host platform
+CONTROLLER_MODELS = "models"  # hub models fetched for distribution
+CONTROLLER_ARTIFACTS = "artifacts"  # every artifact's manifest, and the controller's rsync daemon while it serves
+
+
+def controller_layout() -> dict:
+    daemon = CONTROLLER_ARTIFACTS
+    return {"directories": [CONTROLLER_WHEELHOUSE, CONTROLLER_MODELS, CONTROLLER_ARTIFACTS],
+            "daemon_dir": daemon, "daemon_config": f"{daemon}/rsyncd.conf", "daemon_pid": f"{daemon}/rsyncd.pid",
+            "daemon_log": f"{daemon}/rsyncd.log"}
+
+
 def tls_stem(host: str, ip: str) -> str:
     return f"{host}-{ip}"
 

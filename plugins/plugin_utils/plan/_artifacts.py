@@ -81,6 +81,8 @@ def _model_artifact(settings: dict, paths: dict, engine_hosts: list[str]) -> dic
         "ref_file": f"{repo_dir}/refs/main",
         "repo_dir": repo_dir,
         "hosts": sorted(engine_hosts),
+        # Relative to the controller's cache; an operator's directory (source.directory) is used where it is.
+        "controller_dir": f"{_names.CONTROLLER_MODELS}/model-{slug}-{revision}",
     }
 
 
@@ -105,6 +107,7 @@ def _wheel_artifacts(plan: dict) -> list[dict]:
         want(plan["mooncake_master"]["lock"], plan["mooncake_master"]["per_host"])
     for entry in wanted.values():
         entry["hosts"] = sorted(set(entry["hosts"]))
+        entry["controller_dir"] = f"{_names.CONTROLLER_WHEELHOUSE}/{entry['id']}"
     return [wanted[key] for key in sorted(wanted)]
 
 
@@ -134,6 +137,9 @@ def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
     model = _model_artifact(settings, plan["paths"], [h for h, s in plan["hosts"].items() if s["pipelines"]])
     if model:
         items.append(model)
+    for item in items:  # the manifest each copy is checked against: on the controller (relative) and on a host
+        item["controller_manifest"] = f"{_names.CONTROLLER_ARTIFACTS}/{item['id']}.json"
+        item["manifest"] = f"{_names.ARTIFACT_MANIFEST_DIR}/{item['id']}.json"
     port = settings["vllm_omni_artifact_port"]
     per_host: dict[str, dict] = {}
     controller_children: dict[str, list[str]] = {}
@@ -163,6 +169,7 @@ def artifacts_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
         "unit": _names.ARTIFACT_UNIT,
         "config_file": _names.ARTIFACT_CONFIG,
         "manifest_dir": _names.ARTIFACT_MANIFEST_DIR,
+        "controller": _names.controller_layout(),  # the controller cache's layout, relative to it
         "rounds": rounds,
         "items": items,
         "controller_children": controller_children,
@@ -184,8 +191,11 @@ def host_slice(section: dict, host: str) -> dict:
     """The artifacts section as one host's files need it: its own entry and the artifacts it holds."""
     entry = section["per_host"].get(host)
     mine = set(entry["artifacts"]) if entry else set()
-    return {**{key: value for key, value in section.items() if key not in ("items", "per_host", "controller_children")},
-            "items": [{k: v for k, v in item.items() if k != "hosts"} for item in section["items"] if item["id"] in mine],
+    # What is the controller's (its cache's layout, its children) stays out: a host's files never name it.
+    return {**{key: value for key, value in section.items()
+               if key not in ("items", "per_host", "controller_children", "controller")},
+            "items": [{k: v for k, v in item.items() if k not in ("hosts", "controller_dir", "controller_manifest")}
+                      for item in section["items"] if item["id"] in mine],
             "per_host": {host: entry} if entry else {}, "controller_children": {}}
 
 

@@ -56,6 +56,25 @@ def test_the_plan_sends_each_wheel_set_once_out_of_the_controller_and_names_wher
         assert {"service": "artifacts", "purpose": "rsync", "first": 8873, "last": 8873} in plan["listen_ports"][host]
 
 
+def test_the_plan_has_the_controller_caches_layout_and_every_manifests_place():
+    plan = fleet(2, vllm_omni_model_source="hub", vllm_omni_model_revision=COMMIT)
+    section = plan["artifacts"]
+    # Relative to the controller's cache (each controller joins its own): the role spells none of it.
+    assert section["controller"] == {"directories": ["wheelhouse", "models", "artifacts"], "daemon_dir": "artifacts",
+                                     "daemon_config": "artifacts/rsyncd.conf", "daemon_pid": "artifacts/rsyncd.pid",
+                                     "daemon_log": "artifacts/rsyncd.log"}
+    for item in section["items"]:
+        top = "wheelhouse" if item["kind"] == "wheels" else "models"
+        assert item["controller_dir"] == f"{top}/{item['id']}"
+        assert item["controller_manifest"] == f"artifacts/{item['id']}.json"
+        assert item["manifest"] == f"{section['manifest_dir']}/{item['id']}.json"
+    assert {item["kind"] for item in section["items"]} == {"wheels", "model"}
+    # A host's slice names nothing of the controller's.
+    host = _artifacts.host_slice(section, "gpu-0000")
+    assert "controller" not in host and host["items"]
+    assert not any("controller_dir" in item or "controller_manifest" in item for item in host["items"])
+
+
 def test_serving_hosts_get_a_daemon_whose_modules_open_to_their_children_only():
     plan = fleet(4)
     tree = render_tree(plan)

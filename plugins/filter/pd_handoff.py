@@ -12,6 +12,11 @@ description:
     request's KV off, the decode stage receiving it) for the request sent with O(request_id), and the engine's own
     failure lines (C(Missing prefill kv_transfer_params.remote_request_id), C(EngineDeadError)).
   - Returns C(ok) only when both hand-off lines are there and no failure line is.
+deprecated:
+  removed_in: 1.0.0
+  why: P(vllm_omni.serve.pd_verdicts#filter) judges every pipeline of a host in one call, and the journals of a
+    distributed pipeline's processes together; the collection's PD check uses it.
+  alternative: P(vllm_omni.serve.pd_verdicts#filter)
 options:
   _input:
     description: Log text of the pipeline since the request was sent (e.g. C(journalctl -u UNIT --since @T -o cat)).

@@ -2,8 +2,8 @@
 
     python3 tests/device/excerpt.py FILES_AT DEST
 
-FILES_AT is the device tool's folder with results.json and logs.tar.gz (one or more calls: give each
-folder, they are merged in order). DEST gets results.json without the per-token gaps (their count
+FILES_AT is the device tool's folder with results.json (a run or span call) or bench.json (a bench call) and
+logs.tar.gz (one or more calls: give each folder, they are merged in order). DEST gets results.json without the per-token gaps (their count
 stays; the summaries keep the percentiles) and audio payloads, and log-excerpts.txt: for each
 scenario, the lines that tell its story (stage launch, PD detection, the first hand-off and receipt
 per request kind, bootstrap queries, every error line, shutdown), with ANSI colours removed.
@@ -41,8 +41,22 @@ def trim_request(request: dict) -> dict:
     return out
 
 
+KEEP_PER_LIST = 10  # a fault's request lists (thousands of refusals) keep their first ones; runs and phases sum them
+
+
+def trim_fault(fault: dict) -> dict:
+    out = dict(fault)
+    for key, value in fault.items():
+        if isinstance(value, list) and len(value) > 2 * KEEP_PER_LIST and all(isinstance(v, dict) for v in value):
+            out[key] = value[:KEEP_PER_LIST]
+            out[f"{key}_count"] = len(value)  # the whole list's length; its outcomes are in runs / phases
+    return out
+
+
 def trim(results: dict) -> dict:
     for name, scenario in results.items():
+        if isinstance(scenario, dict) and isinstance(scenario.get("fault"), dict):
+            scenario["fault"] = trim_fault(scenario["fault"])
         if not isinstance(scenario, dict) or "requests" not in scenario:
             continue
         for kind, requests in scenario["requests"].items():
@@ -73,20 +87,41 @@ def excerpt(name: str, lines: list[str]) -> list[str]:
     return [f"===== {name} ({len(lines)} lines in the log's tail; excerpt)", *kept]
 
 
+def read_source(source: Path, results: dict, dest: Path) -> dict[str, str]:
+    """Merge one call's results into ``results``: a run call's results.json as it is; a bench call's bench.json
+    (pd_serving.sh bench) as one entry per render, named after its scenario, ``-fault`` added where the call
+    killed a stage; the renders' report.json files (the bench role's, for its compare mode) go to DEST/KEY/."""
+    if (source / "results.json").is_file():
+        loaded = json.loads((source / "results.json").read_text())
+        results.update(loaded)
+        return {name: name for name in loaded}
+    bench = json.loads((source / "bench.json").read_text())
+    keys = {}
+    for render in bench["renders"]:
+        key = render["scenario"] + ("-fault" if render.get("fault") else "")
+        results[key] = {**render, "call": bench.get("call", {})}
+        keys[render["scenario"]] = key
+        report = source / render["scenario"] / "report.json"
+        if report.is_file():
+            (dest / key).mkdir(parents=True, exist_ok=True)
+            (dest / key / "report.json").write_text(report.read_text())
+    return keys
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         sys.exit(__doc__)
     *sources, dest = (Path(arg) for arg in argv)
     results: dict = {}
     logs: dict[str, list[str]] = {}
+    dest.mkdir(parents=True, exist_ok=True)
     for source in sources:
-        results.update(json.loads((source / "results.json").read_text()))
+        keys = read_source(source, results, dest)  # the source's scenario name -> its key in results
         with tarfile.open(source / "logs.tar.gz") as archive:
             for member in archive.getmembers():
                 name = member.name.removesuffix(".log").split(".tail")[0]
-                if member.isfile() and name in results:
-                    logs[name] = archive.extractfile(member).read().decode(errors="replace").splitlines()
-    dest.mkdir(parents=True, exist_ok=True)
+                if member.isfile() and name in keys:
+                    logs[keys[name]] = archive.extractfile(member).read().decode(errors="replace").splitlines()
     (dest / "results.json").write_text(json.dumps(trim(results), indent=1) + "\n")
     text = [line for name in results if name in logs for line in excerpt(name, logs[name])]
     (dest / "log-excerpts.txt").write_text("\n".join(text) + "\n")

@@ -72,7 +72,7 @@ def test_the_panels_and_rules_the_issue_asks_for_exist():
         assert wanted in titles
     alerts = {r["alert"] for g in _prometheus.alert_rules(GOLDEN_PLAN) for r in g["rules"]}
     assert {"VllmOmniEngineDown", "VllmOmniPDHandoffFailures", "VllmOmniDecodeWaitingForKV",
-            "VllmOmniTTFTOverObjective", "VllmOmniCertificateExpiresSoon"} <= alerts
+            "VllmOmniTTFTOverObjective", "VllmOmniCertificateExpiresSoon", "VllmOmniPipelineUnhealthy"} <= alerts
 
 
 def test_the_ttft_objective_is_the_plans_setting():
@@ -152,6 +152,18 @@ def test_every_listed_engine_name_is_on_the_engines_metrics_fixture():
             assert re.search(rf"^{re.escape(name)}\w*{{[^}}]*\b{label}=", text, re.M), f"{name} has no label {label}"
     # The real engine's /metrics (device run 7), not names written down from its source.
     assert text.startswith("# CAPTURED: GET /metrics of the real vLLM 0.26.0") and "DERIVED FROM SOURCE" not in text
+
+
+def test_an_aggregated_engine_exposes_every_listed_name_but_the_hand_offs():
+    # Device run 9: the same engine serving the aggregated render. Its panels and the engine-down, TTFT and
+    # queue rules have their names; only the PD hand-off histograms (whose rules aggregated plans leave out,
+    # test above) are absent, so their panels read "no data" there rather than a wrong zero.
+    path = REPO / "tests" / "fixtures" / "metrics" / "vllm-omni-0.26.0-aggregated.prom"
+    exposed = fixture_names(path)
+    missing = {name for name, spec in DATA["engine"]["metrics"].items()
+               if not ({f"{name}{s}" for s in SUFFIXES} if spec["type"] == "histogram" else {name}) & exposed}
+    assert missing == {"vllm_omni:transfer_size_bytes", "vllm_omni:transfer_tx_s"}
+    assert path.read_text().startswith("# CAPTURED: GET /metrics of the real vLLM 0.26.0")
 
 
 def promtool() -> str | None:
@@ -248,6 +260,40 @@ def test_the_pd_client_ttft_is_prefills_plus_decodes_and_the_alert_fires_on_it(t
             "exp_annotations": {
                 "summary": "TTFT p99 of omni0 on gpu-1 is over the objective (2 s, vllm_omni_alert_ttft_seconds)",
                 "description": "p99 over 10 minutes, prefill's plus decode's: 2.733s."}}]}],
+    }]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    result = subprocess.run([tool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_pipeline_the_router_finds_unhealthy_fires_after_five_minutes_and_a_cold_start_does_not(tmp_path):
+    """The GPU run 9 failure: the head of a distributed pipeline lives on (up == 1) after its headless stage
+    died, answering 503 at /health; the router's health gauge goes 0 and stays there. A pipeline that is
+    unhealthy for 3 minutes (a cold start) and then healthy fires nothing."""
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool is neither on PATH nor in the tool venv nor in the lab's rootfs")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(_prometheus.rules_text({**GOLDEN_PLAN, "layout": "pd"}))
+    router = 'job="vllm-omni-router", host="edge-1", instance="10.0.0.5:29000"'
+    dead, cold = "http://10.0.0.11:8091", "http://10.0.0.12:8091"
+    test = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": f'vllm_router_worker_health{{{router}, worker="{dead}"}}', "values": "1 1 0x20"},
+            {"series": f'vllm_router_worker_health{{{router}, worker="{cold}"}}', "values": "1 1 0 0 0 1x20"},
+            {"series": f'up{{{router}}}', "values": "1x22"}],
+        "alert_rule_test": [
+            {"eval_time": "6m", "alertname": "VllmOmniPipelineUnhealthy", "exp_alerts": []},
+            {"eval_time": "8m", "alertname": "VllmOmniPipelineUnhealthy", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "host": "edge-1", "worker": dead},
+                "exp_annotations": {
+                    "summary": f"The router on edge-1 has found {dead} unhealthy for 5 minutes (no traffic goes there)",
+                    "description": "A cold start takes minutes; longer, read the pipeline's journal. A distributed "
+                                   "pipeline whose headless stage died does not recover alone: restart it in stage "
+                                   "order (docs/operations.md)."}}]},
+            {"eval_time": "8m", "alertname": "VllmOmniRouterDown", "exp_alerts": []}],
     }]}
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
     result = subprocess.run([tool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,

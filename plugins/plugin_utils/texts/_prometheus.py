@@ -83,6 +83,17 @@ def alert_rules(plan: dict) -> list[dict]:
          "labels": {"severity": "critical"},
          "annotations": {"summary": "The router on {{ $labels.host }} does not answer /metrics",
                          "description": "journalctl -a -u vllm-omni-router on {{ $labels.host }}."}},
+        # Up but out of service: the router's health checks find the pipeline failing /health. On a GPU, a
+        # distributed pipeline whose headless stage died stays so (its head lives on with EngineDeadError, every
+        # request HTTP 500) until the pipeline restarts; up == 1 all along, so EngineDown never fires there.
+        {"alert": "VllmOmniPipelineUnhealthy",
+         "expr": 'min by (host, worker) (vllm_router_worker_health{job="vllm-omni-router"}) == 0', "for": "5m",
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": "The router on {{ $labels.host }} has found {{ $labels.worker }} unhealthy "
+                                    "for 5 minutes (no traffic goes there)",
+                         "description": "A cold start takes minutes; longer, read the pipeline's journal. A "
+                                        "distributed pipeline whose headless stage died does not recover alone: "
+                                        "restart it in stage order (docs/operations.md)."}},
         {"alert": "VllmOmniTTFTOverObjective",
          "expr": f"{client_ttft(plan['layout'], 0.99, '10m')} > {objective:g}",
          "for": "10m", "labels": {"severity": "warning"},

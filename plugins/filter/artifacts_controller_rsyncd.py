@@ -31,8 +31,9 @@ EXAMPLES = r"""
 - name: Artifacts | the controller's daemon configuration
   ansible.builtin.copy:
     content: >-
-      {{ vllm_omni_plan | vllm_omni.serve.artifacts_controller_rsyncd(artifacts_sources, [artifacts_controller_cache,
-                                                                      vllm_omni_plan.artifacts.controller.daemon_log] | ansible.builtin.path_join) }}
+      {{ vllm_omni_plan | vllm_omni.serve.artifacts_controller_rsyncd(
+           artifacts_sources, [artifacts_controller_cache, vllm_omni_plan.artifacts.controller.daemon_log]
+                              | ansible.builtin.path_join) }}
     dest: "{{ [artifacts_controller_cache, vllm_omni_plan.artifacts.controller.daemon_config] | ansible.builtin.path_join }}"
     mode: "0644"
 """

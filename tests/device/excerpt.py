@@ -2,9 +2,10 @@
 
     python3 tests/device/excerpt.py FILES_AT DEST
 
-FILES_AT is the device tool's folder with results.json (a run or span call) or bench.json (a bench call) and
-logs.tar.gz (one or more calls: give each folder, they are merged in order). DEST gets results.json without the per-token gaps (their count
-stays; the summaries keep the percentiles) and audio payloads, and log-excerpts.txt: for each
+FILES_AT is the device tool's folder with results.json (a run or span call) or bench.json (a bench call)
+and logs.tar.gz (one or more calls: give each folder, they are merged in order). DEST gets results.json
+without the per-token gaps (their count stays; the summaries keep the percentiles), audio payloads and
+all but the first of a fault's thousands of refusals, and log-excerpts.txt: for each
 scenario, the lines that tell its story (stage launch, PD detection, the first hand-off and receipt
 per request kind, bootstrap queries, every error line, shutdown), with ANSI colours removed.
 """

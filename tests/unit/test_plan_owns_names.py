@@ -12,9 +12,9 @@ import re
 
 import pytest
 import yaml
+from unitlib import REPO
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _names
-from unitlib import REPO
 
 URL_SUFFIX = re.compile(r"/(health|readiness|metrics)\b|/-/ready\b")
 # A path spelled onto the controller's cache (its layout is the plan's artifacts.controller and each artifact's

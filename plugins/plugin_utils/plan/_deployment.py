@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..host._engine_data import EngineVersion
+from ._setting_groups import EngineProcessSettings, KvTransferSettings, PortSettings, RouterSettings
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,22 @@ class Deployment:
     engine: EngineVersion | None  # None when the version or layout was refused (a problem says why)
     overrides: dict  # {role: {"engine_args": {...}, "sampling": {...}}}, validated
     planner_shares: list[str]  # roles whose gpu_memory_utilization the planner chose (vllm_omni_share_gpus)
+
+    @cached_property
+    def port_settings(self) -> PortSettings:
+        return PortSettings.of(self.settings)
+
+    @cached_property
+    def router_settings(self) -> RouterSettings:
+        return RouterSettings.of(self.settings)
+
+    @cached_property
+    def process_settings(self) -> EngineProcessSettings:
+        return EngineProcessSettings.of(self.settings)
+
+    @cached_property
+    def kv_settings(self) -> KvTransferSettings:
+        return KvTransferSettings.of(self.settings)
 
     @cached_property
     def layout(self) -> str:

@@ -10,54 +10,55 @@ from __future__ import annotations
 from ._deployment import Deployment
 
 
-def environment(settings: dict, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
+def environment(deployment: Deployment, ip: str, gpus: list[int], ports: dict) -> dict[str, str]:
     """The process's environment. ``ports`` with ``zmq`` (distributed processes): VLLM_PORT pins the
     ports vLLM and vLLM-Omni draw for themselves (the master's routes, the coordinator) to its slice."""
+    process, kv = deployment.process_settings, deployment.kv_settings
     env = {
         # Stage `devices` are indices into this list; PCI order makes them match nvidia-smi.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
         # Multi-homed hosts otherwise advertise the default route's address (vLLM #42023).
         "VLLM_HOST_IP": ip,
-        "HF_HOME": settings["vllm_omni_hf_home"],
+        "HF_HOME": process.hf_home,
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    if settings["vllm_omni_model_staging"] or settings["vllm_omni_model_source"] != "none":
+    if process.model_staging or process.model_source != "none":
         env["HF_HUB_OFFLINE"] = "1"
-    if settings["vllm_omni_model_source"] != "none":
+    if process.model_source != "none":
         # The staged snapshot (refs/main points at it): a new revision changes this file and restarts the engine.
-        env["VLLM_OMNI_MODEL_SNAPSHOT"] = settings["vllm_omni_model_revision"]
+        env["VLLM_OMNI_MODEL_SNAPSHOT"] = process.model_revision
     if "nixl_side_channel" in ports:
         # Where this host's NIXL engines listen for handshakes and what they tell decode; each engine's own
         # port is in its stage config (ServeNixlConnector), since one environment serves both stages.
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = ip
         env["UCX_TCP_PORT_RANGE"] = f"{ports['ucx_tcp'][0]}-{ports['ucx_tcp'][1]}"
-    elif settings["vllm_omni_layout"] == "pd":
+    elif kv.layout == "pd":
         if "bootstrap" in ports:  # a prefill engine's bootstrap server (decode engines run none)
             env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["bootstrap"])
         env["MC_MIN_RPC_PORT"] = str(ports["mooncake_rpc"][0])
         env["MC_MAX_RPC_PORT"] = str(ports["mooncake_rpc"][1])
         # How long prefill keeps KV nobody pulled (decode: +60 s on its pull); vLLM's 480 s default holds a dead
         # decode's share of prefill's KV cache for 8 minutes (vllm_omni_mooncake_abort_timeout).
-        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(settings["vllm_omni_mooncake_abort_timeout"])
-        if settings["vllm_omni_mooncake_protocol"] == "tcp":
+        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(kv.mooncake_abort_timeout)
+        if kv.mooncake_protocol == "tcp":
             # Without the pool, TCP transfers under load exhaust ephemeral ports (TIME_WAIT).
             env["MC_TCP_ENABLE_CONNECTION_POOL"] = "1"
     if "zmq" in ports:
         env["VLLM_PORT"] = str(ports["zmq"][0])
-    env.update(settings["vllm_omni_extra_env"])
+    env.update(process.extra_env)
     return dict(sorted(env.items()))
 
 
 def argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict) -> list[str]:
-    settings, engine, served = deployment.settings, deployment.engine, deployment.served
-    if settings["vllm_omni_engine_backend"] == "simulator":
+    process, engine, served = deployment.process_settings, deployment.engine, deployment.served
+    if process.backend == "simulator":
         return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", "dual", "--host", ip,
                 "--port", str(ports["api"]), "--model", served]
-    timeout = str(settings["vllm_omni_init_timeout"])
+    timeout = str(process.init_timeout)
     return [
-        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni",
+        f"{backend['venv']}/bin/vllm", "serve", process.model, "--omni",
         "--host", ip, "--port", str(ports["api"]),
         "--served-model-name", served,
         engine.config_flag, paths["stage_config"],
@@ -75,8 +76,8 @@ def head_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths
     decode stand-in, round-robin over the replicas), with prefill 0's stand-in started beside it on
     loopback at the master port. ``remote_engines``: (role, stand-in URL) of the other engines.
     """
-    settings = deployment.settings
-    if settings["vllm_omni_engine_backend"] == "simulator":
+    process = deployment.process_settings
+    if process.backend == "simulator":
         local = f"http://127.0.0.1:{ports['master']}"
         first = (f"{backend['venv']}/bin/xpyd-sim serve --mode prefill --host 127.0.0.1 --port {ports['master']} "
                  f"--model {deployment.served}")
@@ -91,7 +92,7 @@ def head_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths
         return ["/bin/sh", "-c", f'{first} & exec "$@"', "sh", *router]
     return [*argv(deployment, backend, ip, ports, paths), "--stage-id", "0",
             "--omni-master-address", ip, "--omni-master-port", str(ports["master"]),
-            "--omni-lb-policy", settings["vllm_omni_replica_lb_policy"]]
+            "--omni-lb-policy", process.replica_lb_policy]
 
 
 def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, paths: dict, stage_id: int,
@@ -101,14 +102,14 @@ def headless_argv(deployment: Deployment, backend: dict, ip: str, ports: dict, p
     Simulator: an xpyd-sim prefill or decode stand-in on the process's API port, which the head's
     stand-in router calls.
     """
-    settings = deployment.settings
-    if settings["vllm_omni_engine_backend"] == "simulator":
+    process = deployment.process_settings
+    if process.backend == "simulator":
         return [f"{backend['venv']}/bin/xpyd-sim", "serve", "--mode", role, "--host", ip,
                 "--port", str(ports["api"]), "--model", deployment.served]
     return [
-        f"{backend['venv']}/bin/vllm", "serve", settings["vllm_omni_model"], "--omni", "--headless",
+        f"{backend['venv']}/bin/vllm", "serve", process.model, "--omni", "--headless",
         deployment.engine.config_flag, paths["stage_config"],
-        "--stage-init-timeout", str(settings["vllm_omni_init_timeout"]),
+        "--stage-init-timeout", str(process.init_timeout),
         "--stage-id", str(stage_id), "--omni-master-address", master[0], "--omni-master-port", str(master[1]),
         "--omni-replica-address", ip, "--log-stats",
     ]

@@ -23,6 +23,7 @@ from ._checkers import show
 from ._deployment import Deployment
 from ._host_values import HostGpus, host_gpus, host_value
 from ._problems import Problems, host_where
+from ._setting_groups import PortSettings
 
 ENGINE_GROUP = "vllm_omni"
 ROUTER_GROUP = "vllm_omni_router"
@@ -205,16 +206,16 @@ def _most_processes(gpus: list[int], count: int, wanted: int | str, deployment: 
     return count * per_pipeline + spare // deployment.tp
 
 
-def _service_ranges(host: str, settings: dict, groups: HostGroups) -> list[_ports.Range]:
+def _service_ranges(host: str, settings: PortSettings, groups: HostGroups) -> list[_ports.Range]:
     return _ports.service_ranges(settings, host in groups.router_hosts, host in groups.master_hosts,
                                  host in groups.monitoring_hosts)
 
 
 def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups, problems: Problems) -> bool:
     """The ports of ``count`` engine processes and of the host's services, apart from each other."""
-    settings, layout = deployment.settings, deployment.layout
+    settings, layout = deployment.port_settings, deployment.layout
     distributed = deployment.replicated or deployment.spanning
-    ranges = (_ports.engine_ranges(count, settings, layout, distributed and count > 0)
+    ranges = (_ports.engine_ranges(count, settings, distributed and count > 0)
               + _service_ranges(host, settings, groups))
     if not _ports.check_ports(host, ranges, problems, count):
         return False
@@ -228,8 +229,9 @@ def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups
 
 def check_service_ports(groups: HostGroups, settings: dict, problems: Problems) -> None:
     """The ports of hosts that run services but no pipeline (engine hosts are checked with their pipelines)."""
+    port_settings = PortSettings.of(settings)
     for host in groups.service_only:
-        _ports.check_ports(host, _service_ranges(host, settings, groups), problems)
+        _ports.check_ports(host, _service_ranges(host, port_settings, groups), problems)
 
 
 def check_addresses(ips: dict[str, str | None], all_hosts: list[str], problems: Problems) -> None:

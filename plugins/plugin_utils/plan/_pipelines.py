@@ -21,6 +21,7 @@ from ..host._engine_data import EngineVersion
 from . import _distributed, _placement, _ports, _stage_config, _stage_config_checks
 from ._deployment import Deployment
 from ._engine_argv import argv, environment, head_argv, headless_argv
+from ._setting_groups import KvTransferSettings
 
 # What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
 OWNED_ENV = frozenset({
@@ -64,17 +65,15 @@ def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]
     return stages
 
 
-def kv_transfer_plan(settings: dict) -> tuple[str, dict]:
+def kv_transfer_plan(kv: KvTransferSettings) -> tuple[str, dict]:
     """A PD pipeline's KV-transfer settings, under the plan key of its connector (``mooncake`` or ``nixl``):
     the transport, and what happens when a hand-off fails or is never claimed."""
-    if settings["vllm_omni_kv_connector"] == "nixl":
+    if kv.kv_connector == "nixl":
         # UCX picks the transport itself (RDMA where the host has verbs devices, TCP otherwise); a prefill
         # engine frees KV nobody claimed after NIXL's own lease (30 s, renewed while decode pulls).
-        return "nixl", {"kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"]}
-    return "mooncake", {"protocol": settings["vllm_omni_mooncake_protocol"],
-                        "rdma_devices": list(settings["vllm_omni_mooncake_rdma_devices"]),
-                        "kv_load_failure_policy": settings["vllm_omni_kv_load_failure_policy"],
-                        "abort_timeout": settings["vllm_omni_mooncake_abort_timeout"]}
+        return "nixl", {"kv_load_failure_policy": kv.kv_load_failure_policy}
+    return "mooncake", {"protocol": kv.mooncake_protocol, "rdma_devices": list(kv.mooncake_rdma_devices),
+                        "kv_load_failure_policy": kv.kv_load_failure_policy, "abort_timeout": kv.mooncake_abort_timeout}
 
 
 def backend(settings: dict, engine: EngineVersion) -> dict:
@@ -168,14 +167,14 @@ class PipelineBuilder:
         bootstrap address and engine id back with its KV, so decode pulls from the engine that ran the
         prefill).
         """
-        settings = self.deployment.settings
+        port_settings = self.deployment.port_settings
         indices = dict(first_index)
         placed = []
         for engine in engines:
             index = indices.get(engine.host, 0)
             indices[engine.host] = index + 1
             process = name if engine.is_head else f"{name}-{engine.role}{engine.replica}"
-            placed.append(_Placed(engine, process, index, _ports.process_ports(settings, index, engine.role, engine.is_head),
+            placed.append(_Placed(engine, process, index, _ports.process_ports(port_settings, index, engine.role, engine.is_head),
                                   ips[engine.host]))
         first = {role: next(item for item in placed if item.engine.role == role) for role in _distributed.ROLES}
         context = _DistributedContext(name=name, key=name if spanning else f"{engines[0].host}/{name}",
@@ -242,13 +241,13 @@ class PipelineBuilder:
             "metrics_url": (_names.http_url(ip, ports['api'], _names.METRICS_PATH)
                             if engine.is_head or self.backend["stand_in"] else None),
             "paths": paths,
-            "environment": environment(settings, ip, list(engine.gpus), ports),
+            "environment": environment(deployment, ip, list(engine.gpus), ports),
             "argv": (head_argv(deployment, self.backend, ip, ports, paths, context.stand_ins) if engine.is_head else
                      headless_argv(deployment, self.backend, ip, ports, paths, stage_id, engine.role, context.master)),
             "master": {"address": context.master[0], "port": context.master[1]},
             "placement": {"score": None, "explain": context.explain},
         }
-        kv_key, kv_plan = kv_transfer_plan(settings)
+        kv_key, kv_plan = kv_transfer_plan(deployment.kv_settings)
         entry[kv_key] = kv_plan
         entry["api_key_env"] = self._api_key_env(entry)
         entry["stage_config"] = self._stage_config_document(entry)
@@ -269,7 +268,7 @@ class PipelineBuilder:
         settings = deployment.settings
         name = f"{settings['vllm_omni_pipeline_prefix']}{index}"
         pipeline_gpus = placement["gpus"]
-        ports = _ports.pipeline_ports(settings, index)
+        ports = _ports.pipeline_ports(deployment.port_settings, index)
         paths = _names.pipeline_paths(settings["vllm_omni_config_root"], name, self.backend["venv"])
         stages = stage_layout(deployment, host, name)
         for stage in stages:
@@ -290,12 +289,12 @@ class PipelineBuilder:
             "health_url": _names.http_url(ip, ports['api'], _names.HEALTH_PATH),
             "metrics_url": _names.http_url(ip, ports['api'], _names.METRICS_PATH),
             "paths": paths,
-            "environment": environment(settings, ip, pipeline_gpus, ports),
+            "environment": environment(deployment, ip, pipeline_gpus, ports),
             "argv": argv(deployment, self.backend, ip, ports, paths),
             "placement": {"score": placement["score"], "explain": placement["explain"]},
         }
         if deployment.layout == "pd":
-            kv_key, kv_plan = kv_transfer_plan(settings)
+            kv_key, kv_plan = kv_transfer_plan(deployment.kv_settings)
             pipeline[kv_key] = kv_plan
         pipeline["api_key_env"] = self._api_key_env(pipeline)
         pipeline["stage_config"] = self._stage_config_document(pipeline)

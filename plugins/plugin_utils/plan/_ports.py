@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._problems import ALL_HOSTS, Problems, host_where
+from ._setting_groups import PortSettings
 
 # Each prefill/decode GPU worker runs one Mooncake transfer engine with two listeners
 # (handshake + TCP data); doubled for restarts that briefly overlap.
@@ -31,31 +32,29 @@ Range = tuple[str, str, tuple[int, int]]
 # --- allocation ---------------------------------------------------------------------------------
 
 
-def pipeline_ports(settings: dict, index: int) -> dict[str, Any]:
+def pipeline_ports(settings: PortSettings, index: int) -> dict[str, Any]:
     """Process ``index``'s ports on its host (a single-process pipeline's index is the pipeline's): one from
     the API base and, for PD, the KV transfer's: Mooncake's bootstrap port and slice of its RPC range, or
     NIXL's two side-channel ports (prefill's, decode's) and slice of the UCX range."""
-    ports: dict[str, Any] = {"api": settings["vllm_omni_api_port_base"] + index}
-    if settings["vllm_omni_layout"] != "pd":
+    ports: dict[str, Any] = {"api": settings.api_port_base + index}
+    if settings.layout != "pd":
         return ports
-    if settings["vllm_omni_kv_connector"] == "nixl":
-        first_side = settings["vllm_omni_nixl_side_channel_port_base"] + 2 * index
+    if settings.kv_connector == "nixl":
+        first_side = settings.nixl_side_channel_port_base + 2 * index
         ports["nixl_side_channel"] = {"prefill": first_side, "decode": first_side + 1}
-        ports["ucx_tcp"] = _slice(settings["vllm_omni_nixl_ucx_port_range"],
-                                  settings["vllm_omni_nixl_ucx_ports_per_pipeline"], index)
+        ports["ucx_tcp"] = _slice(settings.nixl_ucx_port_range, settings.nixl_ucx_ports_per_pipeline, index)
         return ports
-    ports["bootstrap"] = settings["vllm_omni_bootstrap_port_base"] + index
-    ports["mooncake_rpc"] = _slice(settings["vllm_omni_mooncake_rpc_port_range"],
-                                   settings["vllm_omni_mooncake_rpc_ports_per_pipeline"], index)
+    ports["bootstrap"] = settings.bootstrap_port_base + index
+    ports["mooncake_rpc"] = _slice(settings.mooncake_rpc_port_range, settings.mooncake_rpc_ports_per_pipeline, index)
     return ports
 
 
-def _slice(port_range: list[int], size: int, index: int) -> list[int]:
+def _slice(port_range: tuple[int, int], size: int, index: int) -> list[int]:
     first = port_range[0] + index * size
     return [first, first + size - 1]
 
 
-def process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str, Any]:
+def process_ports(settings: PortSettings, index: int, role: str, head: bool) -> dict[str, Any]:
     """A distributed process's ports: the pipeline's KV ports for its one engine (a bootstrap port for
     prefill engines only, its role's side channel), its slice of the stage ZMQ range, and on the head
     the master port."""
@@ -64,57 +63,49 @@ def process_ports(settings: dict, index: int, role: str, head: bool) -> dict[str
         ports.pop("bootstrap", None)
     if "nixl_side_channel" in ports:
         ports["nixl_side_channel"] = {role: ports["nixl_side_channel"][role]}
-    ports["zmq"] = _slice(settings["vllm_omni_stage_zmq_port_range"], settings["vllm_omni_stage_zmq_ports_per_process"],
-                          index)
+    ports["zmq"] = _slice(settings.stage_zmq_port_range, settings.stage_zmq_ports_per_process, index)
     if head:
-        ports["master"] = settings["vllm_omni_stage_master_port_base"] + index
+        ports["master"] = settings.stage_master_port_base + index
     return ports
 
 
 # --- checks -------------------------------------------------------------------------------------
 
 
-def engine_ranges(count: int, settings: dict, layout: str, distributed: bool = False) -> list[Range]:
+def engine_ranges(count: int, settings: PortSettings, distributed: bool = False) -> list[Range]:
     """The port ranges ``count`` engine processes of a host may take (``distributed``: also the stage
     master ports and the stage ZMQ range of head and headless processes): from the ports the first and
     the last process are assigned, and the whole Mooncake RPC and stage ZMQ ranges the slices come from."""
     first, last = pipeline_ports(settings, 0), pipeline_ports(settings, count - 1)
-    ranges = [("API ports", "vllm_omni_api_port_base", (first["api"], last["api"]))]
-    if layout == "pd" and "nixl_side_channel" in first:
-        ranges.append(("NIXL side-channel ports", "vllm_omni_nixl_side_channel_port_base",
+    name = PortSettings.setting
+    ranges = [("API ports", name("api_port_base"), (first["api"], last["api"]))]
+    if settings.layout == "pd" and "nixl_side_channel" in first:
+        ranges.append(("NIXL side-channel ports", name("nixl_side_channel_port_base"),
                        (first["nixl_side_channel"]["prefill"], last["nixl_side_channel"]["decode"])))
-        low, high = settings["vllm_omni_nixl_ucx_port_range"]
-        ranges.append(("UCX TCP ports", "vllm_omni_nixl_ucx_port_range", (low, high)))
-    elif layout == "pd":
-        low, high = settings["vllm_omni_mooncake_rpc_port_range"]
-        ranges.append(("bootstrap ports", "vllm_omni_bootstrap_port_base", (first["bootstrap"], last["bootstrap"])))
-        ranges.append(("Mooncake RPC ports", "vllm_omni_mooncake_rpc_port_range", (low, high)))
+        ranges.append(("UCX TCP ports", name("nixl_ucx_port_range"), tuple(settings.nixl_ucx_port_range)))
+    elif settings.layout == "pd":
+        ranges.append(("bootstrap ports", name("bootstrap_port_base"), (first["bootstrap"], last["bootstrap"])))
+        ranges.append(("Mooncake RPC ports", name("mooncake_rpc_port_range"), tuple(settings.mooncake_rpc_port_range)))
     if distributed:
         first_head = process_ports(settings, 0, "decode", head=True)
         last_head = process_ports(settings, count - 1, "decode", head=True)
-        low, high = settings["vllm_omni_stage_zmq_port_range"]
-        ranges.append(("stage master ports", "vllm_omni_stage_master_port_base", (first_head["master"], last_head["master"])))
-        ranges.append(("stage ZMQ ports", "vllm_omni_stage_zmq_port_range", (low, high)))
+        ranges.append(("stage master ports", name("stage_master_port_base"), (first_head["master"], last_head["master"])))
+        ranges.append(("stage ZMQ ports", name("stage_zmq_port_range"), tuple(settings.stage_zmq_port_range)))
     return ranges
 
 
-def service_ranges(settings: dict, router: bool, master: bool, monitoring: bool = False) -> list[Range]:
-    ranges = []
+def service_ranges(settings: PortSettings, router: bool, master: bool, monitoring: bool = False) -> list[Range]:
+    wanted = []  # (label, field)
     if monitoring:
-        port = settings["vllm_omni_prometheus_port"]
-        ranges.append(("Prometheus port", "vllm_omni_prometheus_port", (port, port)))
+        wanted.append(("Prometheus port", "prometheus_port"))
     if router:
-        for label, name in (("router port", "vllm_omni_router_port"),
-                            ("router metrics port", "vllm_omni_router_metrics_port")):
-            ranges.append((label, name, (settings[name], settings[name])))
-        if settings["vllm_omni_frontdoor_enabled"]:
-            port = settings["vllm_omni_router_backend_port"]
-            ranges.append(("router backend port (loopback)", "vllm_omni_router_backend_port", (port, port)))
+        wanted += [("router port", "router_port"), ("router metrics port", "router_metrics_port")]
+        if settings.frontdoor_enabled:
+            wanted.append(("router backend port (loopback)", "router_backend_port"))
     if master:
-        for label, name in (("mooncake_master RPC port", "vllm_omni_mooncake_master_rpc_port"),
-                            ("mooncake_master HTTP port", "vllm_omni_mooncake_master_metrics_port")):
-            ranges.append((label, name, (settings[name], settings[name])))
-    return ranges
+        wanted += [("mooncake_master RPC port", "mooncake_master_rpc_port"),
+                   ("mooncake_master HTTP port", "mooncake_master_metrics_port")]
+    return [(label, PortSettings.setting(field), (getattr(settings, field),) * 2) for label, field in wanted]
 
 
 def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -158,16 +149,16 @@ KV_SLICES = {
 }
 
 
-def check_kv_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
+def check_kv_slices(host: str, count: int, settings: PortSettings, problems: Problems) -> bool:
     """Each PD pipeline gets its own slice of the KV transfer's data-port range, big enough for its KV workers."""
-    key, range_name, size_name, why = KV_SLICES[settings["vllm_omni_kv_connector"]]
-    low, high = settings[range_name]
-    size = settings[size_name]
-    needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings["vllm_omni_tensor_parallel_size"]
+    key, range_name, size_name, why = KV_SLICES[settings.kv_connector]
+    low, high = getattr(settings, range_name.removeprefix(PortSettings.PREFIX))
+    size = getattr(settings, size_name.removeprefix(PortSettings.PREFIX))
+    needed = MOONCAKE_PORTS_PER_KV_WORKER * 2 * settings.tensor_parallel_size
     ok = True
     if size < needed:
         problems.add(ALL_HOSTS, size_name,
-                     f"is {size}; a pipeline at TP {settings['vllm_omni_tensor_parallel_size']} needs {needed} ({why})",
+                     f"is {size}; a pipeline at TP {settings.tensor_parallel_size} needs {needed} ({why})",
                      f"set it to at least {needed}")
         ok = False
     if count and pipeline_ports(settings, count - 1)[key][1] > high:  # the last pipeline's slice
@@ -179,10 +170,10 @@ def check_kv_slices(host: str, count: int, settings: dict, problems: Problems) -
     return ok
 
 
-def check_zmq_slices(host: str, count: int, settings: dict, problems: Problems) -> bool:
+def check_zmq_slices(host: str, count: int, settings: PortSettings, problems: Problems) -> bool:
     """Each distributed process gets its own slice of the stage ZMQ range."""
-    low, high = settings["vllm_omni_stage_zmq_port_range"]
-    size = settings["vllm_omni_stage_zmq_ports_per_process"]
+    low, high = settings.stage_zmq_port_range
+    size = settings.stage_zmq_ports_per_process
     if count and process_ports(settings, count - 1, "decode", head=False)["zmq"][1] > high:  # the last slice
         problems.add(host_where(host), "vllm_omni_stage_zmq_port_range",
                      f"[{low}, {high}] holds {(high - low + 1) // size} slices of {size} ports, but this host may run "

@@ -11,31 +11,30 @@ only install and start what the plan says.
 from __future__ import annotations
 
 from ..host import _engine_data, _locks, _names
+from ._setting_groups import RouterSettings
 
 
-def _router_argv(settings: dict, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
+def _router_argv(router: RouterSettings, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
     """vllm-router's command line: on loopback behind the front door, on the host's address without one."""
-    frontdoor = settings["vllm_omni_frontdoor_enabled"]
-    listen = ("127.0.0.1", settings["vllm_omni_router_backend_port"]) if frontdoor else (ip, settings["vllm_omni_router_port"])
+    listen = ("127.0.0.1", router.backend_port) if router.frontdoor_enabled else (ip, router.port)
     argv = [
         f"{venv}/bin/vllm-router", "--host", listen[0], "--port", str(listen[1]),
         "--worker-urls", *worker_urls,
-        "--policy", settings["vllm_omni_router_policy"],
-        "--prometheus-host", ip, "--prometheus-port", str(settings["vllm_omni_router_metrics_port"]),
+        "--policy", router.policy,
+        "--prometheus-host", ip, "--prometheus-port", str(router.metrics_port),
         "--health-check-endpoint", _names.HEALTH_PATH,
-        "--health-check-interval-secs", str(settings["vllm_omni_router_health_check_interval"]),
-        "--request-timeout-secs", str(settings["vllm_omni_router_request_timeout"]),
+        "--health-check-interval-secs", str(router.health_check_interval),
+        "--request-timeout-secs", str(router.request_timeout),
         # The router starts after the pipelines are healthy; if one is down it still starts after
         # this wait and its health checker keeps the dead pipeline out until it answers.
         "--worker-startup-timeout-secs", "120",
         "--worker-startup-check-interval", "2",
-        "--log-level", settings["vllm_omni_router_log_level"],
+        "--log-level", router.log_level,
     ]
-    retries = settings["vllm_omni_router_max_retries"]
+    retries = router.max_retries
     argv += ["--retry-max-retries", str(retries)] if retries else ["--disable-retries"]
-    failures = settings["vllm_omni_router_cb_failure_threshold"]
-    argv += (["--cb-failure-threshold", str(failures),
-              "--cb-timeout-duration-secs", str(settings["vllm_omni_router_cb_timeout"])]
+    failures = router.cb_failure_threshold
+    argv += (["--cb-failure-threshold", str(failures), "--cb-timeout-duration-secs", str(router.cb_timeout)]
              if failures else ["--disable-circuit-breaker"])
     return argv
 
@@ -72,11 +71,11 @@ def frontdoor_plan(settings: dict) -> dict:
 
 
 def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, worker_urls: list[str]) -> dict:
+    router = RouterSettings.of(settings)
     version = _engine_data.companions()["vllm_router"]
-    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"vllm-router-{version}")
-    port, metrics = settings["vllm_omni_router_port"], settings["vllm_omni_router_metrics_port"]
+    venv = _names.venv_dir(router.install_root, f"vllm-router-{version}")
+    port, metrics, backend = router.port, router.metrics_port, router.backend_port
     frontdoor = frontdoor_plan(settings)
-    backend = settings["vllm_omni_router_backend_port"]
     scheme = "https" if frontdoor["enabled"] else "http"
     per_host = {}
     for host in sorted(hosts):
@@ -90,7 +89,7 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
             "admin_url": admin,
             "admin_readiness_url": admin + _names.READINESS_PATH,
             "metrics_url": _names.http_url(ip, metrics, _names.METRICS_PATH),
-            "argv": _router_argv(settings, venv, ip, worker_urls),
+            "argv": _router_argv(router, venv, ip, worker_urls),
         }
     listen = [{"service": "router", "purpose": "api", "first": port, "last": port},
               {"service": "router", "purpose": "metrics", "first": metrics, "last": metrics}]
@@ -106,9 +105,9 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
         "venv": venv,
         "port": port,
         "metrics_port": metrics,
-        "policy": settings["vllm_omni_router_policy"],
-        "api_key_required": settings["vllm_omni_api_key_required"],
-        "request_timeout": settings["vllm_omni_router_request_timeout"],
+        "policy": router.policy,
+        "api_key_required": router.api_key_required,
+        "request_timeout": router.request_timeout,
         "frontdoor": frontdoor,
         "worker_urls": list(worker_urls),
         "per_host": per_host,

@@ -3,6 +3,8 @@ plan's port list (firewall, reserved ports, preflight) is exactly the assigned p
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._ports import (
@@ -16,17 +18,26 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._ports import
     process_ports,
 )
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._setting_groups import PortSettings
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._validate import deployment_settings
 
 CONNECTORS = ("mooncake", "nixl")
 
 
-def settings(**values) -> dict:
-    """The deployment's settings as the planner reads them: defaults, with ``values`` set on the one host."""
+def settings(**values) -> PortSettings:
+    """The allocator's settings as the planner reads them: defaults, with ``values`` set on the one host."""
     problems = Problems()
     found, _sources = deployment_settings(["h"], {"h": values}, problems)
     assert not problems.items, [p.line() for p in problems.items]
-    return found
+    return PortSettings.of(found)
+
+
+def test_the_group_is_the_settings_table_s_values_and_names_its_variables():
+    values = settings(vllm_omni_kv_connector="nixl", vllm_omni_stage_zmq_port_range=[30000, 30999])
+    assert values.kv_connector == "nixl" and values.stage_zmq_port_range == (30000, 30999)
+    assert PortSettings.setting("stage_zmq_port_range") == "vllm_omni_stage_zmq_port_range"
+    with pytest.raises(AttributeError):  # frozen: the plan cannot change a setting behind the table's back
+        values.api_port_base = 1
 
 
 def assigned_ports(ports: dict) -> list[int]:
@@ -50,7 +61,7 @@ def inside(port: int, ranges) -> bool:
 @pytest.mark.parametrize("count", [1, 2, 5, 8])
 def test_every_port_assigned_to_a_hosts_processes_lies_in_the_ranges_its_checks_read(connector, count):
     values = settings(vllm_omni_kv_connector=connector)
-    ranges = engine_ranges(count, values, "pd", distributed=True)
+    ranges = engine_ranges(count, values, distributed=True)
     for index in range(count):
         for ports in (pipeline_ports(values, index), process_ports(values, index, "prefill", head=True),
                       process_ports(values, index, "decode", head=False)):
@@ -58,7 +69,7 @@ def test_every_port_assigned_to_a_hosts_processes_lies_in_the_ranges_its_checks_
             assert not outside, (index, ports, ranges)
     # The single-port ranges are exactly what the first and last process get: no check wider than the allocation.
     api = next(r for r in ranges if r[1] == "vllm_omni_api_port_base")[2]
-    assert api == (values["vllm_omni_api_port_base"], values["vllm_omni_api_port_base"] + count - 1)
+    assert api == (values.api_port_base, values.api_port_base + count - 1)
 
 
 @pytest.mark.parametrize("connector", CONNECTORS)
@@ -79,7 +90,7 @@ def test_headless_and_non_prefill_processes_take_only_their_own_ports():
     assert list(decode["nixl_side_channel"]) == ["decode"]
     mooncake = settings()
     assert "bootstrap" not in process_ports(mooncake, 0, "decode", head=True)
-    assert process_ports(mooncake, 2, "prefill", head=True)["master"] == mooncake["vllm_omni_stage_master_port_base"] + 2
+    assert process_ports(mooncake, 2, "prefill", head=True)["master"] == mooncake.stage_master_port_base + 2
 
 
 def test_the_plans_port_list_is_the_assigned_ports_and_nothing_else():
@@ -115,16 +126,15 @@ def test_the_reserved_ports_line_merges_touching_and_overlapping_ranges():
 def test_too_many_pipelines_for_the_kv_range_is_refused_with_a_width_that_then_fits(connector):
     values = settings(vllm_omni_kv_connector=connector)
     range_name = "vllm_omni_mooncake_rpc_port_range" if connector == "mooncake" else "vllm_omni_nixl_ucx_port_range"
-    low, high = values[range_name]
-    size = values["vllm_omni_mooncake_rpc_ports_per_pipeline" if connector == "mooncake"
-                  else "vllm_omni_nixl_ucx_ports_per_pipeline"]
+    low, high = getattr(values, range_name.removeprefix("vllm_omni_"))
+    size = values.mooncake_rpc_ports_per_pipeline if connector == "mooncake" else values.nixl_ucx_ports_per_pipeline
     fits = (high - low + 1) // size
     assert check_kv_slices("h", fits, values, Problems())
     problems = Problems()
     assert not check_kv_slices("h", fits + 1, values, problems)
     (problem,) = problems.items
     assert problem.variable == range_name and f"this host runs {fits + 1} pipelines" in problem.problem
-    wider = {**values, range_name: [low, low + (fits + 1) * size - 1]}  # what the fix says
+    wider = dataclasses.replace(values, **{range_name.removeprefix("vllm_omni_"): (low, low + (fits + 1) * size - 1)})
     assert f"[{low}, {low + (fits + 1) * size - 1}]" in problem.fix
     assert check_kv_slices("h", fits + 1, wider, Problems())
 
@@ -132,14 +142,14 @@ def test_too_many_pipelines_for_the_kv_range_is_refused_with_a_width_that_then_f
 def test_a_slice_smaller_than_the_kv_workers_need_is_refused_for_every_host():
     values = settings(vllm_omni_tensor_parallel_size=2)
     problems = Problems()
-    assert not check_kv_slices("h", 1, {**values, "vllm_omni_mooncake_rpc_ports_per_pipeline": 15}, problems)
+    assert not check_kv_slices("h", 1, dataclasses.replace(values, mooncake_rpc_ports_per_pipeline=15), problems)
     assert problems.items[0].where == "all hosts (group_vars)" and "needs 16" in problems.items[0].problem
 
 
 def test_too_many_distributed_processes_for_the_zmq_range_is_refused():
     values = settings()
-    low, high = values["vllm_omni_stage_zmq_port_range"]
-    fits = (high - low + 1) // values["vllm_omni_stage_zmq_ports_per_process"]
+    low, high = values.stage_zmq_port_range
+    fits = (high - low + 1) // values.stage_zmq_ports_per_process
     assert check_zmq_slices("h", fits, values, Problems())
     problems = Problems()
     assert not check_zmq_slices("h", fits + 1, values, problems)

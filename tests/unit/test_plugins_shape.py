@@ -84,9 +84,9 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
         state[node] = 1
         for child in sorted(graph.get(node, ())):
             if state.get(child) == 1:
-                return path[path.index(child):] + [child] if child in path else [node, child]
+                return [*path[path.index(child):], child] if child in path else [node, child]
             if child not in state:
-                found = visit(child, path + [child])
+                found = visit(child, [*path, child])
                 if found:
                     return found
         state[node] = 2

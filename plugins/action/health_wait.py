@@ -29,7 +29,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:  # the module's own spec: bad input fails now, in one line, not after the timeout
-            _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+            _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         except AnsibleActionFail as error:
             return {**result, "failed": True, "msg": f"{host}: health_wait: {error.message}"}
         missing = incomplete(args["targets"])

@@ -1,7 +1,9 @@
 """Deploy timings on the local lab (needs root): first deploy, no-op re-run, 1 host vs 3 hosts, router overhead
-(the front door and vllm-router against one engine directly).
+(the front door and vllm-router against one engine directly); or, with --scale, first deploy and no-op at
+several lab sizes (N machines: N-1 engine hosts of 8 GPUs, the router on the last).
 
     python benchmarks/lab_deploy.py [--rounds 2]
+    python benchmarks/lab_deploy.py --scale 3,16 [--noop-runs 2]
 
 Every deploy starts from freshly booted lab machines (`lab.py down` + `up`) with the controller's
 wheelhouse warm, so the numbers measure the playbooks, not PyPI. 1-host and 3-host deploys
@@ -38,6 +40,44 @@ def lab_fresh(hosts: int) -> None:
                    capture_output=True)
 
 
+def scale_layout(hosts: int) -> Path:
+    """N lab machines: lab-1 .. lab-(N-1) engine hosts (the demo's per-host work each), the router on lab-N."""
+    path = CACHE / "lab" / f"scale-{hosts}.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engines = "".join(f"    lab-{index}:\n" for index in range(1, hosts))
+    path.write_text(f"# benchmarks/lab_deploy.py --scale: {hosts} machines\nvllm_omni:\n  hosts:\n{engines}"
+                    f"vllm_omni_router:\n  hosts:\n    lab-{hosts}:\n")
+    return path
+
+
+def recap_counts(recap: str) -> dict[str, int]:
+    """The PLAY RECAP's totals over every host: ok, changed, failed, ..."""
+    totals: dict[str, int] = {}
+    for word in recap.split():
+        key, _sep, value = word.partition("=")
+        if value.isdigit():
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
+def scale(sizes: list[int], noop_runs: int) -> dict:
+    """First deploy and no-op re-runs at each lab size, one run each, the sizes in the order given."""
+    report: dict = {"sizes": {}}
+    for hosts in sizes:
+        layout = scale_layout(hosts)
+        lab_fresh(hosts)
+        first, recap = deploy(layout)
+        noops = [deploy(layout) for _run in range(noop_runs)]
+        report["sizes"][hosts] = {
+            "engine_hosts": hosts - 1, "first_deploy_s": round(first, 1), "first_tasks": recap_counts(recap),
+            "noop_s": [round(seconds, 1) for seconds, _recap in noops],
+            "noop_changed": [recap_counts(recap).get("changed", 0) for _seconds, recap in noops]}
+    smallest, largest = report["sizes"][min(sizes)], report["sizes"][max(sizes)]
+    report["first_deploy_ratio"] = round(largest["first_deploy_s"] / smallest["first_deploy_s"], 2)
+    report["noop_ratio"] = round(min(largest["noop_s"]) / min(smallest["noop_s"]), 2)
+    return report
+
+
 def deploy(layout: Path) -> tuple[float, str]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     start = time.monotonic()
@@ -70,11 +110,16 @@ def front_door() -> tuple[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scale", help="lab sizes to deploy, e.g. 3,16 (machines, the router on the last)")
+    parser.add_argument("--noop-runs", type=int, default=2)
     args = parser.parse_args()
     if not KEY_FILE.is_file():
         (CACHE / "lab").mkdir(parents=True, exist_ok=True)
         KEY_FILE.write_text(os.urandom(24).hex() + "\n")
     SECRETS.write_text(f"vllm_omni_api_key: {KEY_FILE.read_text().strip()}\n")
+    if args.scale:
+        print(json.dumps(scale([int(size) for size in args.scale.split(",")], args.noop_runs), indent=1))
+        return 0
     report: dict = {"first_deploy_s": {1: [], 3: []}}
     for _round in range(args.rounds):
         for hosts in (1, 3):

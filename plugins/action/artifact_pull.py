@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
-    ProgressPrinter,
-    run_detached,
-    whole_numbers,
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    ARTIFACT_PULL,
+    OptionsError,
+    checked_options,
+    refusal,
 )
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import ProgressPrinter, run_detached
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import progress_line
 
 display = Display()
@@ -25,27 +26,24 @@ SCRIPT = "artifact.py"  # roles/artifacts/files
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
     _supports_check_mode = False  # it pulls; check mode skips it
-    _VALID_ARGS = frozenset(("dest", "manifest", "sources", "full", "size", "timeout", "progress_interval"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        artifact = str(args["manifest"]).rsplit("/", 1)[-1].removesuffix(".json")
         try:
-            numbers = whole_numbers(args, {"progress_interval": 10, "timeout": 7200})
-        except ValueError as error:  # bad input: one line, not a traceback
-            return {**result, "failed": True, "msg": f"{host}: artifact_pull {error}"}
-        timeout, printer = numbers["timeout"], ProgressPrinter(display, numbers["progress_interval"])
+            args = checked_options(ARTIFACT_PULL, self._task.args)
+        except OptionsError as error:  # bad input: one line, before anything reaches the host
+            return {**result, "failed": True, "msg": refusal(host, "artifact_pull", error)}
+        artifact = args["manifest"].rsplit("/", 1)[-1].removesuffix(".json")
+        timeout, printer = args["timeout"], ProgressPrinter(display, args["progress_interval"])
 
         def show(progress: str, _extra: str, elapsed: float) -> None:
-            printer(progress_line(host, artifact, progress, args.get("size"), elapsed), elapsed)
+            printer(progress_line(host, artifact, progress, args["size"], elapsed), elapsed)
 
         try:
             code, stdout, stderr = run_detached(
                 self, SCRIPT, "/usr/bin/python3",
-                ["pull", str(args["dest"]), str(args["manifest"]), *[str(s) for s in args["sources"]],
-                 *(["--full"] if boolean(args.get("full", False)) else [])],
+                ["pull", args["dest"], args["manifest"], *args["sources"], *(["--full"] if args["full"] else [])],
                 None, timeout, show)
         except RuntimeError as error:
             return {**result, "failed": True, "msg": str(error)}

@@ -4,9 +4,14 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    DEPLOYMENT_PLAN,
+    OptionsError,
+    checked_options,
+    refusal,
+)
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
@@ -16,16 +21,17 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _di
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("discovery_pending", "discovery_cache", "run_hosts"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         try:
-            pending, use_cache, limited = _arguments(self._task.args)
-        except (TypeError, ValueError) as error:
-            result.update(failed=True, msg=f"vllm_omni.serve.deployment_plan: {error}")
+            args = checked_options(DEPLOYMENT_PLAN, self._task.args)
+        except OptionsError as error:
+            result.update(failed=True, msg=refusal("controller (localhost)", "deployment_plan", error))
             return result
+        pending, use_cache = args["discovery_pending"], args["discovery_cache"]
+        limited = None if args["run_hosts"] is None else set(args["run_hosts"])  # None: no --limit
         try:
             inventory, plan, written, from_cache = self._plan(task_vars, pending, use_cache, limited)
         except PlanError as error:
@@ -69,12 +75,3 @@ class ActionModule(ActionBase):
                 raise PlanError(problems)
         return inventory, plan, written, from_cache
 
-
-def _arguments(args: dict) -> tuple[bool, bool, set | None]:
-    """(discovery_pending, discovery_cache, the --limit hosts or None); TypeError or ValueError on bad input."""
-    pending = boolean(args.get("discovery_pending", False), strict=True)
-    use_cache = boolean(args.get("discovery_cache", False), strict=True)
-    run_hosts = args.get("run_hosts")
-    if run_hosts is not None and not isinstance(run_hosts, (list, tuple)):
-        raise TypeError(f"run_hosts must be a list of inventory host names, not {type(run_hosts).__name__}")
-    return pending, use_cache, None if run_hosts is None else {str(h) for h in run_hosts}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import OptionsError, checked_options, refusal
 from ansible_collections.vllm_omni.serve.plugins.module_utils._health import ARGUMENT_SPEC, incomplete
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line, pause_before_next_look
 
@@ -29,9 +29,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:  # the module's own spec: bad input fails now, in one line, not after the timeout
-            _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        except AnsibleActionFail as error:
-            return {**result, "failed": True, "msg": f"{host}: health_wait: {error.message}"}
+            args = checked_options(ARGUMENT_SPEC, self._task.args)
+        except OptionsError as error:
+            return {**result, "failed": True, "msg": refusal(host, "health_wait", error)}
         missing = incomplete(args["targets"])
         if missing:
             return {**result, "failed": True, "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, "

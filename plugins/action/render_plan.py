@@ -7,6 +7,12 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    RENDER_PLAN,
+    OptionsError,
+    checked_options,
+    refusal,
+)
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import gc_paused
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import RenderDirError, render_tree, write_tree
@@ -14,19 +20,18 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render impo
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("plan", "dest"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        unknown = sorted(set(args) - self._VALID_ARGS)
-        if unknown:
-            raise AnsibleActionFail(f"render_plan: unknown option(s) {', '.join(unknown)}; it takes plan and dest")
-        plan, dest = args.get("plan"), args.get("dest")
-        if not isinstance(plan, dict) or "hosts" not in plan:
+        try:  # the plan is type-checked, not copied (a whole fleet's plan)
+            args = checked_options(RENDER_PLAN, self._task.args, large=("plan",))
+        except OptionsError as error:
+            raise AnsibleActionFail(refusal("controller (localhost)", "render_plan", error)) from None
+        plan, dest = args["plan"], args["dest"]
+        if "hosts" not in plan:
             raise AnsibleActionFail("render_plan: plan must be the output of the vllm_omni.serve.plan filter")
-        if not dest or not isinstance(dest, str):
-            raise AnsibleActionFail("render_plan: dest is required, e.g. dest: /tmp/vllm-omni-render")
+        if not dest:
+            raise AnsibleActionFail("render_plan: dest is empty; name a directory, e.g. dest: /tmp/vllm-omni-render")
         try:
             with gc_paused():  # plain() copies the whole plan: millions of new containers at 1,000s of hosts
                 tree = render_tree(plain(plan))

@@ -10,19 +10,25 @@ from pathlib import Path
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    REPORT_FILES,
+    OptionsError,
+    checked_options,
+    refusal,
+)
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("dest", "documents"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        dest, documents = self._task.args.get("dest"), self._task.args.get("documents")
-        if not isinstance(dest, str) or not isinstance(documents, dict):
-            raise AnsibleActionFail("report_files takes dest (a directory) and documents (name -> data)")
-        directory = Path(dest).expanduser()
+        try:  # the documents (plans, reports) are type-checked, not copied
+            args = checked_options(REPORT_FILES, self._task.args, large=("documents",))
+        except OptionsError as error:
+            raise AnsibleActionFail(refusal("controller (localhost)", "report_files", error)) from None
+        directory, documents = Path(args["dest"]), args["documents"]
         # --check writes nothing anywhere, the controller included: the reports are then only named.
         check = bool(self._task.check_mode)
         written = []

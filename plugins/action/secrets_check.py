@@ -5,9 +5,14 @@ the operator's TLS material and a controller model directory. The result never h
 
 from __future__ import annotations
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    SECRETS_CHECK,
+    OptionsError,
+    checked_options,
+    refusal,
+)
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts, _secrets
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
@@ -28,7 +33,6 @@ TLS_SETTINGS = {"cert_file": "vllm_omni_tls_cert_file", "key_file": "vllm_omni_t
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "required", "plan", "engine_hosts"))
 
     def _read(self, hostvars, host: str, name: str):
         try:
@@ -39,12 +43,14 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
+        try:  # the plan is type-checked, not copied
+            args = checked_options(SECRETS_CHECK, self._task.args, large=("plan",))
+        except OptionsError as error:
+            return {**result, "failed": True, "msg": refusal("controller (localhost)", "secrets_check", error)}
         hostvars = (task_vars or {})["hostvars"]
-        hosts = [str(h) for h in self._task.args.get("hosts") or []]
-        engine_hosts = [str(h) for h in self._task.args.get("engine_hosts") or hosts]
-        required = boolean(self._task.args.get("required", True), strict=True)
-        plan = self._task.args.get("plan")
-        plan = plain(plan) if isinstance(plan, dict) else None
+        hosts, required = args["hosts"], args["required"]
+        engine_hosts = args["engine_hosts"] or hosts
+        plan = None if args["plan"] is None else plain(args["plan"])
         found, key_sets = self._secret_findings(hostvars, hosts, engine_hosts, required, plan)
         warnings: list[str] = []
         if plan is not None:

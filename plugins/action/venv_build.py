@@ -11,11 +11,13 @@ import shlex
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
-    ProgressPrinter,
-    run_detached,
-    whole_numbers,
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
+    VENV_BUILD,
+    OptionsError,
+    checked_options,
+    refusal,
 )
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import ProgressPrinter, run_detached
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import venv_line
 
 display = Display()
@@ -25,20 +27,18 @@ SCRIPT = "build-venv.sh"  # roles/python_venv/files
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
     _supports_check_mode = False  # it builds; the role reports what check mode would install instead
-    _VALID_ARGS = frozenset(("path", "settings", "timeout", "progress_interval"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        path = str(args["path"])
         try:
-            numbers = whole_numbers(args, {"progress_interval": 15, "timeout": 3600})
-        except ValueError as error:  # bad input: one line, not a traceback
-            return {**result, "failed": True, "msg": f"{host}: venv_build {error}"}
-        timeout, printer = numbers["timeout"], ProgressPrinter(display, numbers["progress_interval"])
+            args = checked_options(VENV_BUILD, self._task.args)
+        except OptionsError as error:  # bad input: one line, before anything reaches the host
+            return {**result, "failed": True, "msg": refusal(host, "venv_build", error)}
+        path = args["path"]
+        timeout, printer = args["timeout"], ProgressPrinter(display, args["progress_interval"])
         settings = {str(key): value if isinstance(value, str) else json.dumps(value)
-                    for key, value in dict(args.get("settings") or {}).items()}
+                    for key, value in args["settings"].items()}
         # uv builds beside the old venv (PATH.new); pip in place.
         building = path if settings.get("PYTHON_VENV_INSTALLER") == "pip" else f"{path}.new"
 

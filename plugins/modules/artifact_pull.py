@@ -18,12 +18,12 @@ description:
   - Runs as an action on the controller (it copies the script to the host, starts it, polls it).
 options:
   dest:
-    description: The artifact's directory on the host.
-    type: path
+    description: The artifact's directory on the host (taken as given, nothing is expanded on the controller).
+    type: str
     required: true
   manifest:
-    description: The controller's manifest of the artifact, on the host.
-    type: path
+    description: The controller's manifest of the artifact, on the host (taken as given).
+    type: str
     required: true
   sources:
     description: rsync URLs to pull from, in order (the parent host, then the controller).
@@ -42,6 +42,7 @@ options:
     type: int
     default: 7200
   progress_interval:
+    type: int
     default: 10
 attributes:
   check_mode:
@@ -95,3 +96,13 @@ line:
   returned: success
   type: str
 """
+
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import ARTIFACT_PULL, controller_only
+
+
+def main():
+    controller_only("artifact_pull", ARTIFACT_PULL, supports_check_mode=False)
+
+
+if __name__ == "__main__":
+    main()

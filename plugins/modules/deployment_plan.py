@@ -74,16 +74,11 @@ discovery_cached:
   returned: success
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import DEPLOYMENT_PLAN, controller_only
 
 
 def main():
-    module = AnsibleModule(argument_spec={"discovery_pending": {"type": "bool", "default": False},
-                                          "discovery_cache": {"type": "bool", "default": False},
-                                          "run_hosts": {"type": "list", "elements": "str"}},
-                           supports_check_mode=True)
-    module.fail_json(msg="vllm_omni.serve.deployment_plan runs on the controller through its action plugin; "
-                         "call it from a play, not with ansible -m")
+    controller_only("deployment_plan", DEPLOYMENT_PLAN, supports_check_mode=True)
 
 
 if __name__ == "__main__":

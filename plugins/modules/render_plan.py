@@ -67,15 +67,11 @@ removed:
   returned: always
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import RENDER_PLAN, controller_only
 
 
 def main():
-    module = AnsibleModule(argument_spec={"plan": {"type": "dict", "required": True},
-                                          "dest": {"type": "path", "required": True}},
-                           supports_check_mode=True)  # the action plugin honours check mode
-    module.fail_json(msg="vllm_omni.serve.render_plan runs on the controller through its action plugin; "
-                         "call it from a play, not with ansible -m")
+    controller_only("render_plan", RENDER_PLAN, supports_check_mode=True)
 
 
 if __name__ == "__main__":

@@ -52,14 +52,11 @@ written:
   returned: always
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import REPORT_FILES, controller_only
 
 
 def main():
-    module = AnsibleModule(argument_spec={"dest": {"type": "path", "required": True},
-                                          "documents": {"type": "dict", "required": True}},
-                           supports_check_mode=True)
-    module.fail_json(msg="vllm_omni.serve.report_files runs on the controller through its action plugin")
+    controller_only("report_files", REPORT_FILES, supports_check_mode=True)
 
 
 if __name__ == "__main__":

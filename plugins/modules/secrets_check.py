@@ -70,3 +70,13 @@ tls_warnings:
   type: list
   elements: str
 """
+
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import SECRETS_CHECK, controller_only
+
+
+def main():
+    controller_only("secrets_check", SECRETS_CHECK, supports_check_mode=True)
+
+
+if __name__ == "__main__":
+    main()

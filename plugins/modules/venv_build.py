@@ -17,8 +17,8 @@ description:
   - Runs as an action on the controller (it copies the script to the host, starts it, polls it).
 options:
   path:
-    description: The venv's path.
-    type: path
+    description: The venv's path on the host (taken as given, nothing is expanded on the controller).
+    type: str
     required: true
   settings:
     description: The script's C(PYTHON_VENV_*) environment (installer, interpreter, lock, wheel directory, packages,
@@ -64,15 +64,11 @@ path:
   returned: success
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import VENV_BUILD, controller_only
 
 
 def main():
-    module = AnsibleModule(argument_spec={"path": {"type": "path", "required": True},
-                                          "settings": {"type": "dict", "required": True},
-                                          "timeout": {"type": "int", "default": 3600},
-                                          "progress_interval": {"type": "int", "default": 15}})
-    module.fail_json(msg="venv_build runs as an action on the controller (plugins/action/venv_build.py)")
+    controller_only("venv_build", VENV_BUILD, supports_check_mode=False)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ import os
 import re
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
 from unitlib import REPO
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _names
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import MARKER
 
 GOLDEN = REPO / "tests" / "golden"
@@ -90,7 +92,8 @@ def test_every_plugin_and_role_documents_itself_with_its_own_text(installed):
         assert len(re.findall(r'"[a-z_]+": [a-z_]+[,}]', path.read_text().split("class FilterModule", 1)[1])) == 1, path
     modules = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
     roles = sorted(p.name for p in (REPO / "roles").iterdir())
-    for plugin_type, names in (("filter", filters), ("module", modules), ("role", roles)):
+    lookups = sorted(p.stem for p in (REPO / "plugins" / "lookup").glob("*.py"))
+    for plugin_type, names in (("filter", filters), ("module", modules), ("lookup", lookups), ("role", roles)):
         result = run(["ansible-doc", "-t", plugin_type, "--json", *(f"vllm_omni.serve.{n}" for n in names)], root, env)
         docs = json.loads(result.stdout)
         assert sorted(docs) == sorted(f"vllm_omni.serve.{n}" for n in names), plugin_type
@@ -100,6 +103,25 @@ def test_every_plugin_and_role_documents_itself_with_its_own_text(installed):
                 continue
             assert fqcn.endswith("." + doc["doc"][plugin_type if plugin_type == "module" else "name"]), (fqcn, doc["doc"])
             assert doc["doc"]["short_description"] and doc["examples"], fqcn
+
+
+def test_the_controller_cache_lookup_is_the_planners_cache(installed, tmp_path):
+    """The roles' cache directory (the lookup) is the one the planner's discovery and TLS use (_names.cache_root):
+    $VLLM_OMNI_CACHE, an empty one counting as unset, and a part leading out of it refused in one line."""
+    root, _unused, env = installed
+    expression = "msg={{ lookup('vllm_omni.serve.controller_cache', 'reports', 'abc') }}"
+    for cache, expected in ((str(tmp_path / "c"), tmp_path / "c" / "reports" / "abc"),
+                            ("", Path(env["HOME"]) / ".cache" / "vllm-omni-serve" / "reports" / "abc")):
+        result = run(["ansible", "localhost", "-m", "ansible.builtin.debug", "-a", expression], root,
+                     {**env, "VLLM_OMNI_CACHE": cache})
+        assert f'"msg": "{expected}"' in result.stdout
+        assert _names.controller_cache_path("reports", "abc", environ={**env, "VLLM_OMNI_CACHE": cache}) == expected
+    refused = subprocess.run(["ansible", "localhost", "-m", "ansible.builtin.debug", "-a",
+                              "msg={{ lookup('vllm_omni.serve.controller_cache', '../etc') }}"],
+                             cwd=root, env=env, capture_output=True, text=True, check=False)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "'../etc' is not a relative path inside the controller cache" in said
+    assert "Traceback" not in said
 
 
 def test_installed_plan_filter_works_in_an_ad_hoc_command(installed):

@@ -20,6 +20,8 @@ URL_SUFFIX = re.compile(r"/(health|readiness|metrics)\b|/-/ready\b")
 # A path spelled onto the controller's cache (its layout is the plan's artifacts.controller and each artifact's
 # controller_dir / controller_manifest, joined with path_join).
 CACHE_SPELLED = re.compile(r"controller_cache\s*~|controller_cache\s*}}/")
+# The controller cache's own directory: only the controller_cache lookup (host/_names.cache_root) spells it.
+CACHE_ROOT_SPELLED = re.compile(r"\.cache/vllm-omni-serve|['\"]VLLM_OMNI_CACHE['\"]")
 PROSE_KEYS = {"description", "short_description", "msg", "fail_msg", "success_msg"}
 
 
@@ -47,12 +49,13 @@ def values(node, key=None, listed=False):
 def spelled(text: str, owned: dict[str, str]) -> list[str]:
     found = [f"{name} ({value})" for name, value in owned.items() if value in text]
     return (found + [f"URL suffix {match.group(0)}" for match in URL_SUFFIX.finditer(text)]
-            + [f"cache path {match.group(0)}" for match in CACHE_SPELLED.finditer(text)])
+            + [f"cache path {match.group(0)}" for match in CACHE_SPELLED.finditer(text)]
+            + [f"cache root {match.group(0)}" for match in CACHE_ROOT_SPELLED.finditer(text)])
 
 
 def yaml_files() -> list:
     return sorted([*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("roles/*/handlers/*.yml"),
-                   *REPO.glob("roles/*/vars/*.yml"), *REPO.glob("playbooks/*.yml"),
+                   *REPO.glob("roles/*/vars/*.yml"), *REPO.glob("roles/*/defaults/*.yml"), *REPO.glob("playbooks/*.yml"),
                    *REPO.glob("playbooks/vars/*.yml")])
 
 
@@ -72,6 +75,11 @@ def test_the_measure_finds_what_it_looks_for():
     assert spelled("{{ artifacts_controller_cache ~ '/artifacts/' ~ item.id }}", owned) == [
         "cache path controller_cache ~"]
     assert spelled("{{ [artifacts_controller_cache, item.controller_manifest] | ansible.builtin.path_join }}", owned) == []
+    assert spelled("{{ lookup('ansible.builtin.env', 'VLLM_OMNI_CACHE') ~ '/reports' }}", owned) == [
+        "cache root 'VLLM_OMNI_CACHE'"]
+    assert spelled("{{ lookup('ansible.builtin.env', 'HOME') ~ '/.cache/vllm-omni-serve' }}", owned) == [
+        "cache root .cache/vllm-omni-serve"]
+    assert spelled("{{ lookup('vllm_omni.serve.controller_cache', plan.artifacts.controller.reports_dir) }}", owned) == []
 
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda path: path.relative_to(REPO).as_posix())

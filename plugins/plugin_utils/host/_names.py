@@ -109,6 +109,15 @@ def cache_root(environ=None) -> Path:
     return Path(environ.get("VLLM_OMNI_CACHE") or Path(environ.get("HOME", "/root")) / ".cache" / "vllm-omni-serve")
 
 
+def controller_cache_path(*parts: str, environ=None) -> Path:
+    """A path in the controller's cache: ``parts`` relative to it (the plan's layout); ValueError for a part that
+    would lead out of it (absolute, or ``..``)."""
+    for part in parts:
+        if not part or part.startswith("/") or ".." in Path(part).parts:
+            raise ValueError(f"{part!r} is not a relative path inside the controller cache")
+    return cache_root(environ).joinpath(*parts)
+
+
 def tls_dir(environ=None) -> Path:
     """The front door's TLS material made by the collection, on the controller: one CA per controller cache
     (``tls/ca.pem``: clients trust it once), one certificate per router host and address (``<host>-<ip>.pem``)."""
@@ -120,13 +129,15 @@ def tls_dir(environ=None) -> Path:
 CONTROLLER_WHEELHOUSE = "wheelhouse"  # one wheel set per lock and host platform
 CONTROLLER_MODELS = "models"  # hub models fetched for distribution
 CONTROLLER_ARTIFACTS = "artifacts"  # every artifact's manifest, and the controller's rsync daemon while it serves
+CONTROLLER_DISCOVERY = "discovery"  # discovery/<host>.json: what each host's last discovery found (--limit)
+CONTROLLER_REPORTS = "reports"  # reports/<deployment_id>/: status.json, preflight/<host>.json, bench runs
 
 
 def controller_layout() -> dict:
     daemon = CONTROLLER_ARTIFACTS
     return {"directories": [CONTROLLER_WHEELHOUSE, CONTROLLER_MODELS, CONTROLLER_ARTIFACTS],
             "daemon_dir": daemon, "daemon_config": f"{daemon}/rsyncd.conf", "daemon_pid": f"{daemon}/rsyncd.pid",
-            "daemon_log": f"{daemon}/rsyncd.log"}
+            "daemon_log": f"{daemon}/rsyncd.log", "reports_dir": CONTROLLER_REPORTS}
 
 
 def tls_stem(host: str, ip: str) -> str:

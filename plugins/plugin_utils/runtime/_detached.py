@@ -85,18 +85,6 @@ def run_detached(action, script: str, interpreter: str, args: list[str], environ
     return code, stdout, stderr
 
 
-def whole_numbers(args: dict, defaults: dict[str, int]) -> dict[str, int]:
-    """Each option of ``defaults`` from ``args`` as an int; ValueError naming the first that is not one."""
-    numbers = {}
-    for name, default in defaults.items():
-        value = args.get(name, default)
-        try:
-            numbers[name] = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a whole number, got {value!r}") from None
-    return numbers
-
-
 class ProgressPrinter:
     """Prints a progress line when it differs from the last one printed and ``interval`` seconds have
     passed since then; None (nothing to say yet) prints nothing."""

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..host._names import cache_root
+from ..host._names import CONTROLLER_DISCOVERY, cache_root
 from ..plan._problems import Problem, host_where
 
 GPU_FACTS = "vllm_omni_gpu_facts"
@@ -40,7 +40,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.@+-]")
 
 
 def cache_dir(environ=None) -> Path:
-    return cache_root(environ) / "discovery"
+    return cache_root(environ) / CONTROLLER_DISCOVERY
 
 
 def cache_file(directory: Path, host: str) -> Path:

@@ -78,7 +78,7 @@ def test_healthy_after_retries_reports_the_wait(action):
 @pytest.mark.parametrize("args, needle", [
     ({"targets": [TARGET], "timeout": "half an hour"}, "argument 'timeout' is of type str and we were unable to convert to int"),
     ({"targets": [TARGET], "journal_lines": [40]}, "argument 'journal_lines' is of type list"),
-    ({"targets": [TARGET], "path": "/health"}, "Unsupported parameters"),  # the plan's URLs are whole now
+    ({"targets": [TARGET], "path": "/health"}, "unsupported option: path. Supported parameters"),  # URLs are whole now
     ({"timeout": 60}, "missing required arguments: targets"),
     ({"targets": [{"name": "omni0", "unit": "u", "url": "http://x"}]}, "targets 0 lack a name, unit or health_url"),
     ({"targets": "omni0"}, "'targets' is of type"),

@@ -62,7 +62,7 @@ def test_the_plan_has_the_controller_caches_layout_and_every_manifests_place():
     # Relative to the controller's cache (each controller joins its own): the role spells none of it.
     assert section["controller"] == {"directories": ["wheelhouse", "models", "artifacts"], "daemon_dir": "artifacts",
                                      "daemon_config": "artifacts/rsyncd.conf", "daemon_pid": "artifacts/rsyncd.pid",
-                                     "daemon_log": "artifacts/rsyncd.log"}
+                                     "daemon_log": "artifacts/rsyncd.log", "reports_dir": "reports"}
     for item in section["items"]:
         top = "wheelhouse" if item["kind"] == "wheels" else "models"
         assert item["controller_dir"] == f"{top}/{item['id']}"

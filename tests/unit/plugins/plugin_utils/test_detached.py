@@ -1,6 +1,6 @@
 """What the long-running actions share (plugin_utils/runtime/_detached.py): a script run detached on the host
-(here the host is this machine, through a stand-in for the action's connection), whole-number options,
-and a progress printer that does not repeat itself."""
+(here the host is this machine, through a stand-in for the action's connection), and a progress printer that
+does not repeat itself."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
-    ProgressPrinter,
-    run_detached,
-    whole_numbers,
-)
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import ProgressPrinter, run_detached
 
 
 class LocalAction:
@@ -88,13 +84,6 @@ def test_a_script_that_cannot_start_raises_and_leaves_nothing(action, monkeypatc
     with pytest.raises(RuntimeError, match=r"could not start steps\.sh: sh: setsid: not found"):
         run_detached(action, "steps.sh", "/bin/sh", [], None, 5, lambda *a: None)
     assert not os.path.exists(action.tmps[0])
-
-
-def test_whole_numbers_name_the_option_that_is_not_one():
-    assert whole_numbers({"timeout": "90"}, {"timeout": 3600, "progress_interval": 15}) == {
-        "timeout": 90, "progress_interval": 15}
-    with pytest.raises(ValueError, match="progress_interval must be a whole number, got 'often'"):
-        whole_numbers({"progress_interval": "often"}, {"timeout": 3600, "progress_interval": 15})
 
 
 def test_the_printer_prints_a_new_line_once_per_interval():

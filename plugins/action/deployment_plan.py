@@ -74,4 +74,3 @@ class ActionModule(ActionBase):
             if problems:
                 raise PlanError(problems)
         return inventory, plan, written, from_cache
-

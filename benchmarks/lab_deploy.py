@@ -41,11 +41,15 @@ def lab_fresh(hosts: int) -> None:
 
 
 def scale_layout(hosts: int) -> Path:
-    """N lab machines: lab-1 .. lab-(N-1) engine hosts (the demo's per-host work each), the router on lab-N."""
+    """N lab machines: lab-1 .. lab-(N-1) engine hosts (the demo's per-host work each), the router on lab-N.
+    The demo's group variables go in the file (the demo's own sit beside its hosts.yml)."""
     path = CACHE / "lab" / f"scale-{hosts}.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    demo_vars = (REPO / "tests" / "lab" / "demo" / "group_vars" / "vllm_omni.yml").read_text().splitlines()
+    variables = "".join(f"    {line}\n" for line in demo_vars if line.strip() and not line.startswith("#"))
     engines = "".join(f"    lab-{index}:\n" for index in range(1, hosts))
-    path.write_text(f"# benchmarks/lab_deploy.py --scale: {hosts} machines\nvllm_omni:\n  hosts:\n{engines}"
+    path.write_text(f"# benchmarks/lab_deploy.py --scale: {hosts} machines, the demo's variables\n"
+                    f"vllm_omni:\n  hosts:\n{engines}  vars:\n{variables}"
                     f"vllm_omni_router:\n  hosts:\n    lab-{hosts}:\n")
     return path
 

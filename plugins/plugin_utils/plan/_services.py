@@ -11,7 +11,7 @@ only install and start what the plan says.
 from __future__ import annotations
 
 from ..host import _engine_data, _locks, _names
-from ._setting_groups import RouterSettings
+from ._setting_groups import FrontDoorSettings, MasterSettings, MonitoringSettings, RouterSettings
 
 
 def _router_argv(router: RouterSettings, venv: str, ip: str, worker_urls: list[str]) -> list[str]:
@@ -45,9 +45,8 @@ def frontdoor_plan(settings: dict) -> dict:
     ``ca``: the CA file on the router hosts that the collection's checks verify the door against (the
     collection's own CA, or the operator's vllm_omni_tls_ca_file); None: the system's trust store.
     """
-    enabled = settings["vllm_omni_frontdoor_enabled"]
-    provided = settings["vllm_omni_tls_cert_file"] is not None
-    ca_file = settings["vllm_omni_tls_ca_file"]
+    door = FrontDoorSettings.of(settings)
+    enabled, provided, ca_file = door.enabled, door.tls_cert_file is not None, door.tls_ca_file
     return {
         "enabled": enabled,
         "package": "nginx",
@@ -56,7 +55,7 @@ def frontdoor_plan(settings: dict) -> dict:
         # Debian's package enables a welcome page on port 80; the role takes that link away (see its README).
         "distribution_site": _names.NGINX_DEFAULT_SITE,
         "directory": _names.FRONTDOOR_DIR,
-        "api_keys": _names.FRONTDOOR_API_KEYS if settings["vllm_omni_api_key_required"] else None,
+        "api_keys": _names.FRONTDOOR_API_KEYS if door.api_key_required else None,
         "certificate": _names.FRONTDOOR_CERT,
         "certificate_key": _names.FRONTDOOR_CERT_KEY,
         "ca": _names.FRONTDOOR_CA if enabled and (not provided or ca_file is not None) else None,
@@ -65,8 +64,8 @@ def frontdoor_plan(settings: dict) -> dict:
         "metrics": _names.FRONTDOOR_METRICS,
         "access_log": _names.FRONTDOOR_ACCESS_LOG,
         # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
-        "tls": {"source": "provided" if provided else "generated", "cert_file": settings["vllm_omni_tls_cert_file"],
-                "key_file": settings["vllm_omni_tls_key_file"], "ca_file": ca_file} if enabled else None,
+        "tls": {"source": "provided" if provided else "generated", "cert_file": door.tls_cert_file,
+                "key_file": door.tls_key_file, "ca_file": ca_file} if enabled else None,
     }
 
 
@@ -119,11 +118,12 @@ MASTER_UNIT = _names.MASTER_UNIT
 
 
 def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
-    if not settings["vllm_omni_mooncake_master_enabled"]:
+    master = MasterSettings.of(settings)
+    if not master.enabled:
         return {"enabled": False, "hosts": [], "unit": MASTER_UNIT}  # unit: uninstall removes an earlier one
     variant = _engine_data.companions()["mooncake"]["none"]  # the master needs no GPU
-    venv = _names.venv_dir(settings["vllm_omni_install_root"], f"mooncake-master-{variant['version']}")
-    rpc, http = settings["vllm_omni_mooncake_master_rpc_port"], settings["vllm_omni_mooncake_master_metrics_port"]
+    venv = _names.venv_dir(master.install_root, f"mooncake-master-{variant['version']}")
+    rpc, http = master.rpc_port, master.metrics_port
     per_host = {}
     for host in sorted(hosts):
         ip = ips[host]
@@ -156,13 +156,14 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
 
 
 def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
-    if not settings["vllm_omni_monitoring_enabled"]:
+    monitoring = MonitoringSettings.of(settings)
+    if not monitoring.enabled:
         return {"enabled": False, "hosts": []}
-    port = settings["vllm_omni_prometheus_port"]
+    port = monitoring.prometheus_port
     # file_sd target files (_observability.targets): engines and routers always, the front doors' and the master's
     # when they run.
-    stems = (["engines", "routers"] + (["frontdoor"] if settings["vllm_omni_frontdoor_enabled"] else [])
-             + (["mooncake-master"] if settings["vllm_omni_mooncake_master_enabled"] else []))
+    stems = (["engines", "routers"] + (["frontdoor"] if monitoring.frontdoor_enabled else [])
+             + (["mooncake-master"] if monitoring.mooncake_master_enabled else []))
     return {
         "enabled": True,
         "hosts": sorted(hosts),

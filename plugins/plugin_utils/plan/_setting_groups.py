@@ -5,7 +5,9 @@
 """Typed groups of the validated deployment settings: the values that travel together, as attributes.
 
 The settings table (_settings) validates each ``vllm_omni_*`` variable on its own; a group is what one part of
-the planner reads: the port allocator (``PortSettings``) and the router (``RouterSettings``). A field's name is
+the planner reads: the port allocator (``PortSettings``), the router (``RouterSettings``), the engines' argv
+(``EngineProcessSettings``), the KV transfer (``KvTransferSettings``), the front door, the Mooncake master and
+monitoring (``FrontDoorSettings``, ``MasterSettings``, ``MonitoringSettings``). A field's name is
 its setting's name without the group's prefix (``setting()`` gives the variable back for error messages), so
 a group holds nothing the table does not, and a setting renamed there fails here at the first plan.
 """
@@ -116,3 +118,41 @@ class KvTransferSettings(_Group):
     mooncake_protocol: str
     mooncake_rdma_devices: tuple[str, ...]
     mooncake_abort_timeout: int
+
+
+@dataclass(frozen=True)
+class FrontDoorSettings(_Group):
+    """The TLS front door on the router hosts: on or off, the key check, and the operator's TLS files if any."""
+
+    SETTING_OF: ClassVar[dict[str, str]] = {"enabled": "vllm_omni_frontdoor_enabled"}
+
+    enabled: bool
+    api_key_required: bool
+    tls_cert_file: str | None  # None: the collection makes the certificate
+    tls_key_file: str | None
+    tls_ca_file: str | None
+
+
+@dataclass(frozen=True)
+class MasterSettings(_Group):
+    """The Mooncake master service (the plan's ``master``)."""
+
+    PREFIX: ClassVar[str] = "vllm_omni_mooncake_master_"
+    SETTING_OF: ClassVar[dict[str, str]] = {"install_root": "vllm_omni_install_root"}
+
+    enabled: bool
+    rpc_port: int
+    metrics_port: int
+    install_root: str
+
+
+@dataclass(frozen=True)
+class MonitoringSettings(_Group):
+    """Prometheus on the monitoring hosts, and which services it has targets for."""
+
+    SETTING_OF: ClassVar[dict[str, str]] = {"enabled": "vllm_omni_monitoring_enabled"}
+
+    enabled: bool
+    prometheus_port: int
+    frontdoor_enabled: bool
+    mooncake_master_enabled: bool

@@ -125,8 +125,13 @@ demo-down: tools
 	python tests/lab/lab.py down
 
 # Deploys to lab machines beyond molecule: check mode, restarts, removal, uninstall, real-engine install.
+# Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
+# conformance engines): a run that ends without space says how much there was.
 lab-test: tools
-	python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab tests/lab
+	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'
+	status=0; python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab tests/lab || status=$$?; \
+	df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; \
+	du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; exit $$status
 
 # Molecule scenarios on the lab (delegated driver): default (1 host) and multihost (3 hosts).
 # `make test` runs multihost only: default's one host (engines and router together, discovered GPUs) is

@@ -44,6 +44,12 @@ REPORT_FILES = {
     "dest": {"type": "path", "required": True},  # on the controller
     "documents": {"type": "dict", "required": True},
 }
+CONVERGE_STATE = {
+    "state": {"type": "str", "required": True, "choices": ["check", "present", "absent"]},
+    "path": {"type": "str", "required": True},
+    "look": {"type": "dict", "default": {}},
+    "digest": {"type": "str", "default": ""},
+}
 SECRETS_CHECK = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "engine_hosts": {"type": "list", "elements": "str"},

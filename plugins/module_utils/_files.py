@@ -56,7 +56,8 @@ def _attribute_text(owner: str, group: str, mode: int) -> str:
     return f"owner={owner} group={group} mode={mode:04o}\n"
 
 
-def _current_attributes(status: os.stat_result) -> str:
+def owner_names(status: os.stat_result) -> tuple[str, str]:
+    """The owner's and group's names (their numbers where the host has no such account)."""
     try:
         owner = pwd.getpwuid(status.st_uid).pw_name
     except KeyError:
@@ -65,7 +66,11 @@ def _current_attributes(status: os.stat_result) -> str:
         group = grp.getgrgid(status.st_gid).gr_name
     except KeyError:
         group = str(status.st_gid)
-    return _attribute_text(owner, group, status.st_mode & 0o7777)
+    return owner, group
+
+
+def _current_attributes(status: os.stat_result) -> str:
+    return _attribute_text(*owner_names(status), status.st_mode & 0o7777)
 
 
 def ensure_directory(entry: dict, check: bool) -> dict:

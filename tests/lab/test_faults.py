@@ -228,6 +228,43 @@ def test_corrupted_venv_is_named_and_rebuilt_while_the_pipelines_serve(two_hosts
     assert report["failed"] == 0, report
 
 
+def changed_on_lab_hosts(output: str) -> dict[str, int]:
+    return {host: counts["changed"] for host, counts in recap(output).items() if host.startswith("lab-")}
+
+
+def test_a_deploy_with_nothing_to_do_skips_every_play_and_drift_brings_them_back(two_hosts):
+    """The no-op check (playbooks/converge.yml): after a whole deploy, the same deploy ends after one look per
+    host, changing nothing; a file changed by hand on one host is named, and that deploy runs every play and
+    puts it back; the one after it skips again. -e vllm_omni_converge=full runs every play regardless."""
+    current = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "1"})
+    playbook("deploy.yml", current)  # a whole deploy: both hosts record what it left
+    started = time.monotonic()
+    quiet = playbook("deploy.yml", current)
+    fast_seconds = round(time.monotonic() - started, 1)
+    flat = " ".join(quiet.stdout.split())
+    assert "2 host(s) as the last whole deploy left them" in flat, flat[-3000:]
+    assert "TASK [vllm_omni.serve.engine" not in quiet.stdout and "Smoke | POST" not in quiet.stdout
+    assert changed_on_lab_hosts(quiet.stdout) == {"lab-1": 0, "lab-2": 0}
+    stage_config = "/etc/vllm-omni/omni0/stage_config.yaml"
+    on("lab-2", f"echo '# edited by hand' >> {stage_config}")
+    started = time.monotonic()
+    repaired = playbook("deploy.yml", current)
+    repair_seconds = round(time.monotonic() - started, 1)
+    flat = " ".join(repaired.stdout.split())
+    assert "1 of 2 host(s) differ from the last whole deploy" in flat and f"lab-2: files {stage_config}: " in flat, \
+        flat[-3000:]
+    assert "TASK [vllm_omni.serve.engine" in repaired.stdout
+    assert "edited by hand" not in on("lab-2", f"cat {stage_config}")
+    again = playbook("deploy.yml", current)
+    assert "2 host(s) as the last whole deploy left them" in " ".join(again.stdout.split())
+    started = time.monotonic()
+    every_play = playbook("deploy.yml", current, "-e", "vllm_omni_converge=full")
+    full_seconds = round(time.monotonic() - started, 1)
+    assert "TASK [vllm_omni.serve.engine" in every_play.stdout
+    assert changed_on_lab_hosts(every_play.stdout) == {"lab-1": 0, "lab-2": 0}
+    record("no_op", fast_seconds=fast_seconds, drift_repair_seconds=repair_seconds, every_play_seconds=full_seconds)
+
+
 def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
     changed = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "3"})
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}

@@ -385,6 +385,12 @@ SETTINGS: tuple[Setting, ...] = (
             "playbooks/render.yml: directory the plan and every pipeline's files are written to (controller).",
             lambda v, n: check_str(v, n, r"[A-Za-z0-9._/~-]+", "a directory path", "/srv/vllm-omni-render"),
             default_doc="required by render.yml"),
+    Setting("vllm_omni_converge", PLAYBOOK, "auto", "`auto` or `full`",
+            "playbooks/deploy.yml: `auto` skips every play after the checks when each host is exactly as the last whole "
+            "deploy left it (same plan, collection, variables and TLS material; no file, unit, venv, artifact, kernel "
+            "setting or firewall table changed; every service healthy). `full` runs every play "
+            "(docs/operations.md, the no-op check).",
+            lambda v, n: check_choice(v, n, ("auto", "full"))),
     Setting("vllm_omni_uninstall_purge_models", PLAYBOOK, False, "bool",
             "playbooks/uninstall.yml: also remove the model cache (HF_HOME) and the service users' homes.",
             check_bool),

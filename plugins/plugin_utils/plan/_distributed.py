@@ -119,13 +119,17 @@ def span(spares: list[Spare], tp: int, replicas: dict[str, int]) -> tuple[list[l
     return pipelines, unused
 
 
-def explain(engines: list[Engine], spanning: bool) -> list[str]:
-    """Why the pipeline's engines went where they did, one line each and one for the KV path."""
+KV_TRANSPORT_NAMES = {"mooncake": "Mooncake", "nixl": "NIXL"}
+
+
+def explain(engines: list[Engine], spanning: bool, kv_connector: str = "mooncake") -> list[str]:
+    """Why the pipeline's engines went where they did, one line each and one for the KV path (over
+    ``kv_connector``'s transport when it crosses hosts)."""
     lines = [f"{e.role} {e.replica} on {e.host}, GPUs {list(e.gpus)}: {e.locality}" for e in engines]
     hosts = sorted({e.host for e in engines})
     if spanning:
         lines.append(f"spans {', '.join(hosts)}: no host had a whole pipeline's GPUs to spare; prefill -> decode KV "
-                     "crosses the network (Mooncake)")
+                     f"crosses the network ({KV_TRANSPORT_NAMES.get(kv_connector, kv_connector)})")
     else:
         lines.append(f"whole on {hosts[0]}: every engine on one host; prefill -> decode KV stays on the host")
     return lines

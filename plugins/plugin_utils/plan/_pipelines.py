@@ -167,7 +167,7 @@ class PipelineBuilder:
         bootstrap address and engine id back with its KV, so decode pulls from the engine that ran the
         prefill).
         """
-        port_settings = self.deployment.port_settings
+        port_settings, kv_connector = self.deployment.port_settings, self.deployment.kv_settings.kv_connector
         indices = dict(first_index)
         placed = []
         for engine in engines:
@@ -179,7 +179,7 @@ class PipelineBuilder:
         first = {role: next(item for item in placed if item.engine.role == role) for role in _distributed.ROLES}
         context = _DistributedContext(name=name, key=name if spanning else f"{engines[0].host}/{name}",
                                       master=(placed[0].ip, placed[0].ports["master"]), first=first,
-                                      explain=_distributed.explain(engines, spanning),
+                                      explain=_distributed.explain(engines, spanning, kv_connector),
                                       stand_ins=[(item.engine.role, f"http://{item.ip}:{item.ports['api']}")
                                                  for item in placed if not item.engine.is_head])
         by_host: dict[str, list[dict]] = {}

@@ -88,9 +88,11 @@ def deployment_settings(engine_hosts: list[str], hostvars: dict, problems: Probl
             continue
         first = next(iter(seen.values()))
         same = all(type(v) is type(first) and v == first for v in seen.values())
-        distinct = {} if same else {show(v): h for h, v in seen.items()}
+        # Keyed by the whole value (repr keeps 1 and "1" apart): show() shortens long ones, and two values that
+        # differ only past its cut must still be refused, never one of them silently taken.
+        distinct = {} if same else {repr(v): (h, v) for h, v in seen.items()}
         if len(distinct) > 1:
-            examples = ", ".join(f"{h}: {v}" for v, h in list(distinct.items())[:3])
+            examples = ", ".join(f"{h}: {show(v)}" for h, v in list(distinct.values())[:3])
             problems.add(ALL_HOSTS, setting.name,
                          f"differs between hosts ({examples}); it is one value for the whole deployment",
                          f"set it once in group_vars/{ENGINE_GROUP}.yml and remove the host_vars copies")

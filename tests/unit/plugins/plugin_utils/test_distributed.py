@@ -49,7 +49,14 @@ def test_two_small_hosts_make_one_pipeline_head_on_the_first_headless_decode_on_
     assert plan["worker_urls"] == ["http://10.0.0.11:8091"]
     pipeline = plan["distributed_pipelines"]["omni-span0"]
     assert pipeline["hosts"] == ["gpu-a", "gpu-b"] and pipeline["head"]["master"] == "10.0.0.11:8400"
-    assert any("spans gpu-a, gpu-b" in line for line in pipeline["explain"])
+    assert any("spans gpu-a, gpu-b" in line and line.endswith("(Mooncake)") for line in pipeline["explain"])
+
+
+def test_a_spanning_pipeline_names_the_kv_transport_it_crosses_hosts_with():
+    nixl = build_plan(inventory(hosts(2, 2), {**TEXT, "vllm_omni_tensor_parallel_size": 2, "vllm_omni_kv_connector": "nixl"}))
+    explain = nixl["distributed_pipelines"]["omni-span0"]["explain"]
+    assert explain[-1].startswith("spans gpu-a, gpu-b") and explain[-1].endswith("crosses the network (NIXL)"), explain
+    assert not any("Mooncake" in line for line in explain)
 
 
 def test_the_spanning_pipelines_ports_answer_its_own_hosts_only():

@@ -451,6 +451,15 @@ def test_deployment_setting_differing_between_hosts_is_refused():
     expect(inv, "vllm_omni_version differs between hosts", "set it once in group_vars/vllm_omni.yml")
 
 
+def test_long_deployment_values_that_differ_only_past_the_shown_part_are_refused_naming_both_hosts():
+    shared = "x" * 100
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
+                               "vllm_omni_extra_env": {"NOTE": shared + "a"}},
+                     "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2],
+                               "vllm_omni_extra_env": {"NOTE": shared + "b"}}})
+    expect(inv, "vllm_omni_extra_env differs between hosts (gpu-a: ", "gpu-b: ")
+
+
 @pytest.mark.parametrize("name", ["gpu a", "../etc", "gpü-1", "gpu;rm", "-gpu"])
 def test_host_names_that_would_reach_paths_or_units_are_refused(name):
     expect(inventory({name: {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}}), "is not a plain host name")

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils import _converge
 from ansible_collections.vllm_omni.serve.plugins.module_utils._converge import (
@@ -85,7 +86,7 @@ def test_the_same_host_gives_the_same_snapshot_and_each_change_is_named(tmp_path
     before = snapshot(look)
     assert before == snapshot(look)
     assert before["files"][look["files"][1]] == "absent"
-    assert before["sysctl"]["net.core.somaxconn"] == " ".join(open("/proc/sys/net/core/somaxconn").read().split())
+    assert before["sysctl"]["net.core.somaxconn"] == " ".join(Path("/proc/sys/net/core/somaxconn").read_text().split())
     assert before["sysctl"]["kernel.nonexistent_setting_for_test"] == "absent"
     (tmp_path / "etc" / "omni0" / "engine.env").write_text("VLLM_PORT=20001\n")
     os.chmod(tmp_path / "etc" / "omni0", 0o700)

@@ -146,7 +146,8 @@ def test_every_variable_the_plays_before_the_check_set_is_left_out_of_the_operat
     for name in ("plan.yml", "facts.yml", "preflight.yml", "converge.yml"):
         plays = yaml.safe_load((REPO / "playbooks" / name).read_text())
         if name == "preflight.yml":
-            plays = plays[:next(i for i, p in enumerate(plays) if "converge.yml" in str(p.get("ansible.builtin.import_playbook")))]
+            imports = [str(play.get("ansible.builtin.import_playbook")) for play in plays]
+            plays = plays[:imports.index("converge.yml")]
         _set_names(plays, found)
     for line in (REPO / "playbooks" / "vars" / "plan.yml").read_text().splitlines():
         if line and not line.startswith(("#", "-", " ")):

@@ -167,4 +167,3 @@ def certificates_due(plan: Mapping, renew_days: int, environ: Mapping | None = N
         if result.returncode != 0:
             due.append(host)
     return due
-

@@ -161,4 +161,3 @@ def test_the_renewal_window_the_check_assumes_is_the_front_door_s_default():
     defaults = yaml.safe_load((REPO / "roles" / "frontdoor" / "defaults" / "main.yml").read_text())
     converge = (REPO / "playbooks" / "converge.yml").read_text()
     assert f"frontdoor_certificate_renew_days | default({defaults['frontdoor_certificate_renew_days']})" in converge
-

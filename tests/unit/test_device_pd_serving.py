@@ -389,7 +389,10 @@ def test_span_headless_killed_head_waits_and_the_restarted_stage_registers(span_
     """The head lives on: requests in flight hang until the heartbeat timeout detaches the dead replica, new ones
     fail after the dispatch wait; the headless unit restarts after RestartSec, registers again, serves."""
     fault = span_head_lives[0]["fault"]
-    assert fault["kill"] == "main" and fault["head_exited"] is False and fault["health"] == [[0.0, 200]]
+    # The head's /health answers 200 from the first look after the kill to the end (the look's time after the kill
+    # is the machine's: 0.0 s on a quiet one, 0.2 s seen with make test's lab beside it).
+    assert fault["kill"] == "main" and fault["head_exited"] is False
+    assert [status for _seconds, status in fault["health"]] == [200] and fault["health"][0][0] < 2.0, fault["health"]
     assert fault["headless_exit_s"] < 1 and fault["headless_returncode"] == -9
     assert len(fault["headless_leftovers"]["leftovers"]) == 1 and fault["headless_leftovers"]["sigkill"] == []
     assert 2.5 < fault["head_detached_dead_replica_s"] < 6  # the scaled 3 s heartbeat timeout

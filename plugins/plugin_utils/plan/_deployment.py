@@ -109,7 +109,8 @@ class Deployment:
             ways.append("lower vllm_omni_prefill_replicas / vllm_omni_decode_replicas")
         if self.audio and not self.share:
             ways.append("set vllm_omni_audio_output: false (text out, one GPU less)")
-        if not self.share and not self.replicated:
+        # Sharing puts every stage on one TP group: it only helps where the stages need more than that.
+        if not self.share and not self.replicated and self.gpus_per_pipeline > self.tp:
             ways.append("set vllm_omni_share_gpus: true (every stage on one GPU group)")
         return ", ".join(ways) if ways else "use a host with more GPUs"
 

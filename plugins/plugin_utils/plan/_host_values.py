@@ -70,7 +70,9 @@ def gpu_facts_shape_ok(facts) -> bool:
     for gpu in facts["gpus"]:
         if not isinstance(gpu, dict) or not _int(gpu.get("index")) or gpu["index"] < 0:
             return False
-        if not isinstance(gpu.get("busy", False), bool) or not isinstance(gpu.get("busy_reasons") or [], list):
+        reasons = gpu.get("busy_reasons") or []
+        if not isinstance(gpu.get("busy", False), bool) or not isinstance(reasons, list) \
+                or not all(isinstance(reason, str) for reason in reasons):
             return False
         if gpu.get("numa_node") is not None and not _int(gpu["numa_node"]):
             return False
@@ -111,8 +113,8 @@ def host_gpus(host: str, variables: dict, facts: dict | None, deployment: Deploy
     if engine is not None and settings["vllm_omni_engine_backend"] == "engine" \
             and isinstance(facts.get("cuda_major"), int) and facts["cuda_major"] < engine.wheel_cuda_major:
         problems.add(where, "NVIDIA driver",
-                     f"supports CUDA {facts.get('cuda_version')}, but vLLM-Omni {engine.version}'s wheels need CUDA "
-                     f"{engine.wheel_cuda_major}",
+                     f"supports CUDA {facts.get('cuda_version') or facts['cuda_major']}, but vLLM-Omni {engine.version}'s "
+                     f"wheels need CUDA {engine.wheel_cuda_major}",
                      f"upgrade the driver to one whose nvidia-smi shows CUDA Version {engine.wheel_cuda_major}.x or newer")
     return _against_discovery(where, declared, facts, settings["vllm_omni_allow_busy_gpus"], problems)
 
@@ -138,6 +140,10 @@ def _against_discovery(where: str, declared: list[int] | None, facts: dict, allo
         return HostGpus(declared, "vllm_omni_gpus (checked against discovery)", {})
     usable = sorted(g for g in by_index if allow_busy or g not in busy)
     skipped = {} if allow_busy else {g: busy[g] for g in sorted(busy)}
+    if not by_index:
+        problems.add(where, "GPUs", "discovery found no GPU on this host (nvidia-smi lists none)",
+                     "check the driver (nvidia-smi -L), or take the host out of group vllm_omni")
+        return None
     if not usable:
         problems.add(where, "GPUs", f"discovery found {len(by_index)} GPU(s) and all are busy ({show(skipped)})",
                      "free them, or set vllm_omni_allow_busy_gpus: true")

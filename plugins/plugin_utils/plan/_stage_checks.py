@@ -223,9 +223,11 @@ def _value_refusals(context: Deployment, rules: dict, role: str, user: dict,
                 continue
             if bound and _outside(bound, value):
                 label = _user_stage_key(settings, _KIND_SETTING[kind], context.layout, role, key)
+                defaults = base[0] if kind == "engine_args" else base[1]
+                default = show(defaults[key]) if key in defaults else "the engine's own default"
                 refusals.append((label, f"is {show(value)}, which {vllm} refuses: {_engine_rule(bound)}",
                                  f"set {label} to a value the engine accepts, or remove it (the stage's default is "
-                                 f"{show((base[0] if kind == 'engine_args' else base[1]).get(key, 'the engine default'))})"))
+                                 f"{default})"))
     return refusals
 
 

@@ -11,7 +11,9 @@ import re
 # Requests a pipeline still owes answers for: vLLM(-Omni) counts running and waiting requests;
 # the simulator reports the requests it is serving.
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting", "xpyd_sim_active_requests")
-SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)\s*$")
+# name, labels (a quoted value may hold "}" or an escaped quote), value, and Prometheus' optional timestamp.
+SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?\s+'
+                    r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|NaN)(?:\s+-?\d+)?\s*$")
 SECRETS_MARKER = "# --- secrets (written on the host only; not in the plan) ---"
 
 

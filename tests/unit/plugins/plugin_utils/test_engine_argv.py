@@ -1,0 +1,201 @@
+"""What each engine process runs (plan/_engine_argv.py): environment and argv, single, head or headless, or simulated."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _engine_argv, _validate
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._deployment import Deployment
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
+
+MODEL = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
+IP = "10.0.0.11"
+VENV = "/opt/vllm-omni/venvs/0.26.0"
+BACKEND = {"venv": VENV}
+PATHS = {"stage_config": "/etc/vllm-omni/omni0/stage_config.yaml"}
+SIMULATOR = {"vllm_omni_engine_backend": "simulator"}
+TEXT = {"vllm_omni_audio_output": False}
+# A pd prefill process's ports with Mooncake (decode processes have no bootstrap).
+MOONCAKE_PORTS = {"api": 8091, "bootstrap": 8998, "mooncake_rpc": (16000, 16063)}
+DISTRIBUTED_PORTS = {"api": 8091, "master": 8400, "zmq": (20000, 20063)}
+
+
+def deployment(**values) -> Deployment:
+    """The deployment the planner makes from these settings on one engine host (the rest default); no problems."""
+    problems = Problems()
+    settings, sources = _validate.deployment_settings(["h"], {"h": values}, problems)
+    context = _validate.deployment(settings, sources, problems)
+    assert not problems.items, [p.line() for p in problems.items]
+    return context
+
+
+def flag(argv: list[str], name: str) -> str:
+    assert argv.count(name) == 1, (name, argv)
+    return argv[argv.index(name) + 1]
+
+
+# --- environment --------------------------------------------------------------------------------------------------
+
+
+def test_an_aggregated_engine_s_environment_is_exactly_the_base_variables_in_sorted_order():
+    env = _engine_argv.environment(deployment(vllm_omni_layout="aggregated"), IP, [3, 1], {"api": 8091})
+    assert env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3,1", "DO_NOT_TRACK": "1",
+        "HF_HOME": "/var/lib/vllm-omni/hf", "VLLM_HOST_IP": IP, "VLLM_NO_USAGE_STATS": "1"}
+    assert list(env) == sorted(env)
+
+
+def test_the_gpu_list_keeps_the_order_it_is_given_in_cuda_visible_devices():
+    env = _engine_argv.environment(deployment(vllm_omni_layout="aggregated"), IP, [7, 2, 5], {})
+    assert env["CUDA_VISIBLE_DEVICES"] == "7,2,5"
+
+
+def test_a_mooncake_prefill_engine_gets_its_bootstrap_port_rpc_range_abort_timeout_and_tcp_pool():
+    env = _engine_argv.environment(deployment(vllm_omni_mooncake_abort_timeout=300), IP, [0], MOONCAKE_PORTS)
+    assert env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == "8998"
+    assert (env["MC_MIN_RPC_PORT"], env["MC_MAX_RPC_PORT"]) == ("16000", "16063")
+    assert env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] == "300"
+    assert env["MC_TCP_ENABLE_CONNECTION_POOL"] == "1"
+    assert not any(name.startswith(("UCX_", "VLLM_NIXL_")) for name in env)
+
+
+def test_a_mooncake_decode_engine_without_a_bootstrap_port_runs_no_bootstrap_server():
+    ports = {"api": 8092, "mooncake_rpc": (16064, 16127)}
+    env = _engine_argv.environment(deployment(), IP, [1], ports)
+    assert "VLLM_MOONCAKE_BOOTSTRAP_PORT" not in env
+    assert (env["MC_MIN_RPC_PORT"], env["MC_MAX_RPC_PORT"]) == ("16064", "16127")
+    assert env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] == "120"  # the setting's default
+
+
+def test_mooncake_over_rdma_gets_no_tcp_connection_pool():
+    context = deployment(vllm_omni_mooncake_protocol="rdma", vllm_omni_mooncake_rdma_devices=["mlx5_0"])
+    env = _engine_argv.environment(context, IP, [0], MOONCAKE_PORTS)
+    assert "MC_TCP_ENABLE_CONNECTION_POOL" not in env
+    assert env["MC_MIN_RPC_PORT"] == "16000"
+
+
+def test_a_nixl_engine_gets_its_side_channel_host_and_ucx_port_range_and_no_mooncake_variables():
+    ports = {"api": 8091, "nixl_side_channel": {"prefill": 5600}, "ucx_tcp": (17000, 17031)}
+    env = _engine_argv.environment(deployment(vllm_omni_kv_connector="nixl"), IP, [0], ports)
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == IP
+    assert env["UCX_TCP_PORT_RANGE"] == "17000-17031"
+    assert not any(name.startswith(("MC_", "VLLM_MOONCAKE_")) for name in env)
+
+
+def test_an_aggregated_engine_gets_no_kv_transfer_variables_even_with_kv_ports_given():
+    env = _engine_argv.environment(deployment(vllm_omni_layout="aggregated"), IP, [0], MOONCAKE_PORTS)
+    assert not any(name.startswith(("MC_", "VLLM_MOONCAKE_", "UCX_", "VLLM_NIXL_")) for name in env)
+
+
+def test_a_distributed_process_pins_vllm_port_to_the_first_port_of_its_zmq_slice():
+    env = _engine_argv.environment(deployment(**TEXT), IP, [0], {**MOONCAKE_PORTS, "zmq": (20064, 20127)})
+    assert env["VLLM_PORT"] == "20064"
+    assert "VLLM_PORT" not in _engine_argv.environment(deployment(**TEXT), IP, [0], MOONCAKE_PORTS)
+
+
+def test_without_staging_or_a_model_source_the_engine_downloads_online():
+    env = _engine_argv.environment(deployment(), IP, [0], MOONCAKE_PORTS)
+    assert "HF_HUB_OFFLINE" not in env and "VLLM_OMNI_MODEL_SNAPSHOT" not in env
+
+
+def test_operator_staged_weights_run_offline_without_a_snapshot_variable():
+    env = _engine_argv.environment(deployment(vllm_omni_model_staging=True), IP, [0], MOONCAKE_PORTS)
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert "VLLM_OMNI_MODEL_SNAPSHOT" not in env
+
+
+def test_a_staged_model_source_runs_offline_and_names_the_snapshot_revision():
+    revision = "5d4d1c4e1e0b8a7b2d3c6f9e8a7b6c5d4e3f2a1b"
+    context = deployment(vllm_omni_model_source="hub", vllm_omni_model_revision=revision)
+    env = _engine_argv.environment(context, IP, [0], MOONCAKE_PORTS)
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_OMNI_MODEL_SNAPSHOT"] == revision
+
+
+def test_extra_env_is_added_and_the_result_stays_sorted():
+    context = deployment(vllm_omni_layout="aggregated", vllm_omni_extra_env={"NCCL_IB_DISABLE": "1", "AAA_FIRST": "x"})
+    env = _engine_argv.environment(context, IP, [0], {})
+    assert env["NCCL_IB_DISABLE"] == "1" and env["AAA_FIRST"] == "x"
+    assert next(iter(env)) == "AAA_FIRST" and list(env) == sorted(env)
+
+
+def test_the_hf_home_setting_becomes_hf_home():
+    env = _engine_argv.environment(deployment(vllm_omni_hf_home="/srv/hf"), IP, [0], MOONCAKE_PORTS)
+    assert env["HF_HOME"] == "/srv/hf"
+
+
+# --- argv: one process per pipeline ---------------------------------------------------------------------------------
+
+
+def test_a_single_process_engine_runs_vllm_serve_omni_with_exactly_these_flags():
+    assert _engine_argv.argv(deployment(), BACKEND, IP, {"api": 8091}, PATHS) == [
+        f"{VENV}/bin/vllm", "serve", MODEL, "--omni", "--host", IP, "--port", "8091",
+        "--served-model-name", MODEL, "--stage-configs-path", PATHS["stage_config"],
+        "--init-timeout", "1800", "--stage-init-timeout", "1800", "--log-stats"]
+
+
+def test_the_served_model_name_and_init_timeout_come_from_their_settings():
+    context = deployment(vllm_omni_served_model_name="omni", vllm_omni_init_timeout=600)
+    argv = _engine_argv.argv(context, BACKEND, IP, {"api": 9000}, PATHS)
+    assert flag(argv, "--served-model-name") == "omni" and argv[2] == MODEL
+    assert flag(argv, "--init-timeout") == "600" == flag(argv, "--stage-init-timeout")
+    assert flag(argv, "--port") == "9000"
+
+
+def test_a_version_with_the_deploy_schema_passes_its_stage_config_with_deploy_config():
+    context = deployment(vllm_omni_version="0.30.0", vllm_omni_layout="aggregated")
+    argv = _engine_argv.argv(context, {"venv": "/opt/v/0.30.0"}, IP, {"api": 8091}, PATHS)
+    assert flag(argv, "--deploy-config") == PATHS["stage_config"]
+    assert "--stage-configs-path" not in argv and argv[0] == "/opt/v/0.30.0/bin/vllm"
+
+
+def test_the_simulator_runs_xpyd_sim_in_dual_mode_under_the_served_name():
+    context = deployment(**SIMULATOR, vllm_omni_served_model_name="omni")
+    assert _engine_argv.argv(context, BACKEND, IP, {"api": 8091}, PATHS) == [
+        f"{VENV}/bin/xpyd-sim", "serve", "--mode", "dual", "--host", IP, "--port", "8091", "--model", "omni"]
+
+
+# --- argv: distributed pipelines -----------------------------------------------------------------------------------
+
+
+def test_a_head_runs_the_single_process_argv_plus_stage_0_and_its_own_master():
+    context = deployment(**TEXT, vllm_omni_replica_lb_policy="round-robin")
+    head = _engine_argv.head_argv(context, BACKEND, IP, DISTRIBUTED_PORTS, PATHS, [("decode", "http://10.0.0.12:8092")])
+    single = _engine_argv.argv(context, BACKEND, IP, DISTRIBUTED_PORTS, PATHS)
+    assert head == [*single, "--stage-id", "0", "--omni-master-address", IP, "--omni-master-port", "8400",
+                    "--omni-lb-policy", "round-robin"]
+    assert "http://10.0.0.12:8092" not in head  # the engine's head finds its remote stages through the master
+
+
+def test_a_simulated_head_is_a_pd_router_with_prefill_0_beside_it_on_loopback():
+    remote = [("decode", "http://10.0.0.12:8092"), ("prefill", "http://10.0.0.12:8093"),
+              ("decode", "http://10.0.0.13:8092")]
+    head = _engine_argv.head_argv(deployment(**SIMULATOR, **TEXT), BACKEND, IP, DISTRIBUTED_PORTS, PATHS, remote)
+    assert head[:4] == ["/bin/sh", "-c",
+                        f'{VENV}/bin/xpyd-sim serve --mode prefill --host 127.0.0.1 --port 8400 --model {MODEL} '
+                        '& exec "$@"', "sh"]
+    assert head[4:] == [
+        f"{VENV}/bin/vllm-router", "--host", IP, "--port", "8091", "--vllm-pd-disaggregation",
+        "--policy", "round_robin", "--prefill", "http://127.0.0.1:8400",
+        "--decode", "http://10.0.0.12:8092", "--prefill", "http://10.0.0.12:8093", "--decode", "http://10.0.0.13:8092",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", "20000",
+        "--health-check-interval-secs", "5", "--worker-startup-timeout-secs", "600",
+        "--worker-startup-check-interval", "2"]
+
+
+def test_a_headless_engine_registers_with_the_head_s_master_and_gets_no_host_or_port_flag():
+    argv = _engine_argv.headless_argv(deployment(**TEXT), BACKEND, "10.0.0.12", {"api": 8092, "zmq": (20064, 20127)},
+                                      PATHS, 2, "decode", ("10.0.0.11", 8400))
+    assert argv == [
+        f"{VENV}/bin/vllm", "serve", MODEL, "--omni", "--headless", "--stage-configs-path", PATHS["stage_config"],
+        "--stage-init-timeout", "1800", "--stage-id", "2", "--omni-master-address", "10.0.0.11",
+        "--omni-master-port", "8400", "--omni-replica-address", "10.0.0.12", "--log-stats"]
+    assert "--port" not in argv and "--host" not in argv and "--init-timeout" not in argv
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_a_simulated_headless_engine_is_an_xpyd_sim_stand_in_of_its_role_on_its_api_port(role):
+    argv = _engine_argv.headless_argv(deployment(**SIMULATOR, **TEXT), BACKEND, "10.0.0.12", {"api": 8093}, PATHS, 1,
+                                      role, ("10.0.0.11", 8400))
+    assert argv == [f"{VENV}/bin/xpyd-sim", "serve", "--mode", role, "--host", "10.0.0.12", "--port", "8093",
+                    "--model", MODEL]

@@ -40,14 +40,14 @@ $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 # (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
 # reaches the summary line instead of ending the recipe at the status file it never wrote.)
 # On CI (CI set: a clean clone whose caches go with it) the checks chain then removes the engine venvs that
-# only conformance boots (8 GB each): the lab's real-engine tests, later, need 0.26.0's beside two lab hosts'
+# only conformance boots (8 GB each) and conformance's uv cache (5.5 GB; nothing else reads it): the lab's real-engine tests, later, need 0.26.0's beside two lab hosts'
 # 17 GB each, and CI's disk ran out there once. A developer's warm cache is left alone.
 LAB_ENGINE_VERSIONS := 0.26.0
 test: tools lint
 	@checks_log=$$(mktemp); \
 	( checks_rc=0; nice -n 10 $(MAKE) --no-print-directory -k test-checks > "$$checks_log" 2>&1 || checks_rc=$$?; \
 	  echo "$$checks_rc" > "$$checks_log.rc"; \
-	  if [ -n "$${CI:-}" ]; then for engine in $(CACHE)/engines/*; do \
+	  if [ -n "$${CI:-}" ]; then rm -rf $(CACHE)/uv-cache; for engine in $(CACHE)/engines/*; do \
 	    case " $(LAB_ENGINE_VERSIONS) " in *" $${engine##*/} "*) ;; *) rm -rf "$$engine";; esac; done; fi ) & \
 	lab_status=0; $(MAKE) --no-print-directory test-lab || lab_status=$$?; wait; \
 	echo "== sanity, units, galaxy, conformance (ran beside the lab):"; cat "$$checks_log"; \

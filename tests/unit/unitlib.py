@@ -42,6 +42,19 @@ def problems_of(inv: dict) -> list[str]:
     return [p.line() for p in caught.value.problems]
 
 
+def deployment_of(**values):
+    """The Deployment the planner makes from these settings on one engine host (the rest default); fails the test
+    when they have a problem."""
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _validate
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
+
+    problems = Problems()
+    settings, sources = _validate.deployment_settings(["h"], {"h": values}, problems)
+    context = _validate.deployment(settings, sources, problems)
+    assert not problems.items, [p.line() for p in problems.items]
+    return context
+
+
 def gpu_facts(profile: str, apps: str = "", banner: str | None = None) -> dict:
     """GPU facts from a recorded nvidia-smi profile (tests/fixtures/gpu/<profile>/), as discovery builds them."""
     from ansible_collections.vllm_omni.serve.plugins.module_utils import _gpu

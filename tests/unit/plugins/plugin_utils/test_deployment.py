@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from unitlib import deployment_of
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _validate
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._deployment import Deployment
@@ -24,12 +25,7 @@ LOWER_REPLICAS = "lower vllm_omni_prefill_replicas / vllm_omni_decode_replicas"
 
 
 def deployment(**values) -> Deployment:
-    """The deployment the planner makes from these settings on one engine host (the rest default); no problems."""
-    problems = Problems()
-    settings, sources = _validate.deployment_settings(["h"], {"h": values}, problems)
-    context = _validate.deployment(settings, sources, problems)
-    assert not problems.items, [p.line() for p in problems.items]
-    return context
+    return deployment_of(**values)
 
 
 def test_the_setting_groups_are_built_from_the_deployment_s_settings():

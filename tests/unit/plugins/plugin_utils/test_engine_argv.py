@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from unitlib import deployment_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _engine_argv, _validate
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _engine_argv
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._deployment import Deployment
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
 
 MODEL = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
 IP = "10.0.0.11"
@@ -21,12 +21,7 @@ DISTRIBUTED_PORTS = {"api": 8091, "master": 8400, "zmq": (20000, 20063)}
 
 
 def deployment(**values) -> Deployment:
-    """The deployment the planner makes from these settings on one engine host (the rest default); no problems."""
-    problems = Problems()
-    settings, sources = _validate.deployment_settings(["h"], {"h": values}, problems)
-    context = _validate.deployment(settings, sources, problems)
-    assert not problems.items, [p.line() for p in problems.items]
-    return context
+    return deployment_of(**values)
 
 
 def flag(argv: list[str], name: str) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-from unitlib import gpu_facts, inventory, problems_of
+from unitlib import deployment_of, gpu_facts, inventory, problems_of
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _host_values, _validate
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _host_values
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._deployment import Deployment
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._host_values import HostGpus
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import Problems
@@ -17,12 +17,7 @@ BUSY_FIX = "stop what runs there, remove them from vllm_omni_gpus, or set vllm_o
 
 
 def deployment(**values) -> Deployment:
-    """The deployment the planner makes from these settings on one engine host (the rest default); no problems."""
-    problems = Problems()
-    settings, sources = _validate.deployment_settings(["h"], {"h": values}, problems)
-    context = _validate.deployment(settings, sources, problems)
-    assert not problems.items, [p.line() for p in problems.items]
-    return context
+    return deployment_of(**values)
 
 
 def lines(problems: Problems) -> list[str]:

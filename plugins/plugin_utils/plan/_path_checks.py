@@ -87,7 +87,9 @@ MODEL_PROTECTED_TREES = (*PROTECTED_TREES, "/etc", "/var/lib/dpkg", "/var/mail",
 
 
 # On the controller, a model directory (vllm_omni_model_directory) is walked, hashed and sent to every host:
-# never the system's trees, a home directory as a whole, or a world-writable place.
+# never the system's trees, nor a home directory, /tmp or /var/tmp as a whole. A directory under /tmp is
+# accepted (operators and the tests stage from 0700 directories there): who may write into it is the
+# operator's to decide, as for any other directory of theirs.
 CONTROLLER_PROTECTED_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
                               "/sys", "/usr", "/var/log", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/spool",
                               "/var/cache", "/var/mail")

@@ -27,22 +27,30 @@ def _fingerprint(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
+def _read_values(name: str, values: dict[str, object], pattern: re.Pattern, why_not) -> tuple[list, dict, list]:
+    """One secret's value on each host, sorted into (problems, {fingerprint: hosts}, hosts where it is unset).
+    ``values``: host -> value (None or "": not set; an Exception: could not be read). Never shows a value."""
+    problems, seen, unset = [], {}, []
+    for host, value in sorted(values.items()):
+        if isinstance(value, Exception):
+            problems.append(f"{host} ({name} could not be read: {type(value).__name__}; is the vault password given "
+                            "and the variable it refers to defined?)")
+        elif value is None or value == "":
+            unset.append(host)
+        elif not isinstance(value, str):
+            problems.append(f"{host} ({name} is a {type(value).__name__}, not a string)")
+        elif not pattern.fullmatch(value):
+            problems.append(f"{host} ({name} {why_not(value)})")
+        else:
+            seen.setdefault(_fingerprint(value), []).append(host)
+    return problems, seen, unset
+
+
 def key_problems(keys: dict[str, object], required: bool) -> list[str]:
     """``keys``: host -> the key value (None: not set; an Exception: could not be read)."""
-    problems, seen = [], {}
-    for host, key in sorted(keys.items()):
-        if isinstance(key, Exception):
-            problems.append(f"{host} (vllm_omni_api_key could not be read: {type(key).__name__}; is the vault "
-                            "password given and the variable it refers to defined?)")
-        elif key is None or key == "":
-            if required:
-                problems.append(f"{host} (vllm_omni_api_key is not set)")
-        elif not isinstance(key, str):
-            problems.append(f"{host} (vllm_omni_api_key is a {type(key).__name__}, not a string)")
-        elif not API_KEY.fullmatch(key):
-            problems.append(f"{host} (vllm_omni_api_key {_why_not_a_key(key)})")
-        else:
-            seen.setdefault(_fingerprint(key), []).append(host)
+    problems, seen, unset = _read_values("vllm_omni_api_key", keys, API_KEY, _why_not_a_key)
+    if required:
+        problems += [f"{host} (vllm_omni_api_key is not set)" for host in unset]
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())
         problems.append(f"the engine and router hosts hold different API keys ({groups}): the front door checks a "
@@ -208,19 +216,7 @@ def secret_problems(name: str, values: dict[str, object]) -> list[str]:
     (None or "": not set; an Exception: could not be read). Set everywhere or nowhere, one value, well formed.
     Problems name hosts, never a value."""
     pattern, alphabet = SECRET_FORMATS[name]
-    problems, seen, unset = [], {}, []
-    for host, value in sorted(values.items()):
-        if isinstance(value, Exception):
-            problems.append(f"{host} ({name} could not be read: {type(value).__name__}; is the vault password given "
-                            "and the variable it refers to defined?)")
-        elif value is None or value == "":
-            unset.append(host)
-        elif not isinstance(value, str):
-            problems.append(f"{host} ({name} is a {type(value).__name__}, not a string)")
-        elif not pattern.fullmatch(value):
-            problems.append(f"{host} ({name} {_why_not(value, pattern, alphabet)})")
-        else:
-            seen.setdefault(_fingerprint(value), []).append(host)
+    problems, seen, unset = _read_values(name, values, pattern, lambda value: _why_not(value, pattern, alphabet))
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())
         problems.append(f"the hosts hold different values of {name} ({groups}): it is one value for the deployment, "

@@ -233,7 +233,8 @@ def _value_refusals(context: Deployment, rules: dict, role: str, user: dict,
 
 def _cross_refusals(context: Deployment, rules: dict, role: str, args: dict,
                     user_args: set) -> list[tuple[str, str, str]]:
-    """(label, problem, fix) for the engine's rules between the arguments of one stage (user's and engine's)."""
+    """(label, problem, fix) for the engine's rules between the arguments of one stage (user's and engine's).
+    The fix names the entry the user wrote (``thinker`` where that alias set the value for prefill and decode)."""
     settings, layout, vllm = context.settings, context.layout, f"vLLM {context.engine.vllm}"
     model_len = args.get("max_model_len") or rules.get("model_max_len", {}).get(settings["vllm_omni_model"])
     cross = rules.get("cross", {})
@@ -250,7 +251,7 @@ def _cross_refusals(context: Deployment, rules: dict, role: str, args: dict,
                          f"{model_len} and chunked prefill off, which {vllm} refuses at start-up: "
                          + _engine_rule(cross["batched_tokens_below_model_len"], max_num_batched_tokens=batched,
                                         max_model_len=model_len),
-                         f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {model_len}, "
+                         f"in {label.rsplit('.', 1)[0]} raise max_num_batched_tokens to at least {model_len}, "
                          "set max_model_len to at most it, or set enable_chunked_prefill: true"))
     if ("batched_tokens_below_num_seqs" in cross and user_args & {"max_num_batched_tokens", "max_num_seqs"}
             and isinstance(batched, int) and isinstance(seqs, int) and batched < seqs):
@@ -260,7 +261,7 @@ def _cross_refusals(context: Deployment, rules: dict, role: str, args: dict,
                          f"{seqs}, which {vllm} refuses at start-up: "
                          + _engine_rule(cross["batched_tokens_below_num_seqs"], max_num_batched_tokens=batched,
                                         max_num_seqs=seqs),
-                         f"in vllm_omni_stage_engine_args.{role} raise max_num_batched_tokens to at least {seqs} "
+                         f"in {label.rsplit('.', 1)[0]} raise max_num_batched_tokens to at least {seqs} "
                          "or lower max_num_seqs"))
     return refusals
 

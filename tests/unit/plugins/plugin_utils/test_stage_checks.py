@@ -497,6 +497,9 @@ def test_a_thinker_alias_breaking_a_rule_in_both_thinker_stages_is_reported_once
     assert len(lines) == 1
     assert lines[0].startswith(f"{ALL_HOSTS}: {ENGINE_ARGS}.thinker.max_num_batched_tokens leaves the prefill stage with "
                                "max_num_batched_tokens 32 below max_num_seqs 64")
+    # The fix points at the entry the user wrote, not at the stage it stands for.
+    assert lines[0].endswith(f"-> in {ENGINE_ARGS}.thinker raise max_num_batched_tokens to at least 64 or lower "
+                             "max_num_seqs")
 
 
 def test_an_engine_rule_problem_reaches_the_plan_errors():

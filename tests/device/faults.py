@@ -297,6 +297,9 @@ LOG_PATTERNS = {
     "headless shutting down": r"\[Headless\] Shutting down stage",
     "server finished": r"Finished server process",
     "shutting down clients": r"Shutting down all \d+ client",
+    # engine/async_omni_engine.py's shutdown: the join a distributed head's membership watcher holds up (30 s)
+    "orchestrator shutdown": r"\[AsyncOmniEngine\] Shutting down Orchestrator",
+    "orchestrator join timed out": r"Orchestrator did not stop within",
 }
 
 

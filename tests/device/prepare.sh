@@ -19,6 +19,8 @@ render=/srv/stage/render
 bench_a=(--compile-bytecode --ready-timeout 240 --spec "$spec" "pd-text=$render/pd-text" "aggregated-text=$render/aggregated-text")
 span_b=(--ready-timeout 360 "span=$render/pd-span-text")
 fault_c=(--no-grid --ready-timeout 240 --fault 1 --fault-window 60 --restart-after-fault "pd-text=$render/pd-text")
+restart_d=(--ready-timeout 300 --requests 4 --restart natural "span=$render/pd-span-text")
+restart_e=(--ready-timeout 300 --requests 4 --restart bounded "span=$render/pd-span-text")
 
 shown() {  # the arguments as they are typed: the spec in single quotes
   local arg out=()
@@ -53,6 +55,12 @@ calls() {
   echo "     may not fit and results.json says how far it got)"
   echo "  C. run  tests/device/pd_serving.sh bench $(shown "${fault_c[@]}")    timeout_s 600"
   echo "     ($(estimate tests/device/bench_pd_vs_aggregated.py --estimate "${fault_c[@]}"): decode killed, the restart timed; bench.json)"
+  echo "  D. run  tests/device/pd_serving.sh span $(shown "${restart_d[@]}")    timeout_s 600"
+  echo "     ($(estimate tests/device/span_serving.py --estimate "${restart_d[@]}"): the span restarted in the deploy's order,"
+  echo "     the head left to exit by itself: when it stops serving HTTP, when it exits)"
+  echo "  E. run  tests/device/pd_serving.sh span $(shown "${restart_e[@]}")    timeout_s 600"
+  echo "     ($(estimate tests/device/span_serving.py --estimate "${restart_e[@]}"): the same, the head's leftovers killed once"
+  echo "     its HTTP server is done; then it serves again, judged)"
   echo "In that order of value: A is issue 25's PD against aggregated (one spec, both reports, compare); B has never"
   echo "run on a GPU (a head and a headless process, the headless killed, re-registration); C repeats run 7's kill for"
   echo "decode (stage 1) and times the restart. A with C's fault would not fit one call: the grids come first."

@@ -31,6 +31,15 @@ head on the first host, a headless decode stage on the second). Standard library
    detached the dead replica, when the restarted stage registered, and the first chat completion answered in
    full after it, judged prefill -> decode.
 
+5. **Or a restart in the deploy's order** (``--restart natural|bounded`` instead of the kill; issue 27): the
+   headless stage stopped as ``systemctl stop`` does (SIGTERM to every process of the unit, SIGKILL after
+   TimeoutStopSec), then the head, watched every 0.1 s: when its API port stops listening, when its last
+   client connection closes (its HTTP server is done), when the engine logs its orchestrator join, when its
+   processes are gone. ``natural`` lets the head exit by itself (what the units do today); ``bounded`` sends
+   SIGKILL to what is left of the unit as soon as the HTTP server is done (what a stop bounded by the head's real
+   work would do). Then the head and the headless stage start again in the deploy's order, and one request is
+   judged prefill -> decode.
+
 Everything lands in $OUT/results.json (key NAME) and $OUT/logs.tar.gz. ``--budget`` keeps the call inside the
 device tool's 600 s: the scenario stops waiting when the budget runs out and writes what it has.
 """
@@ -46,9 +55,11 @@ import re
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,7 +74,9 @@ import _pd_evidence
 # one-process pipeline), RestartSec (the unit's 15 s) and the headless start again, a few requests, the stops;
 # if the head exits too, its own start and the headless one's after it.
 EST = {"setup": 10, "ready": 210, "requests": 25, "lead": 8, "restart_sec": 15, "stage_start": 110,
-       "registration": 10, "check": 5, "clients_after": 20, "stop": 15, "head_restart": 250}
+       "registration": 10, "check": 5, "clients_after": 20, "stop": 15, "head_restart": 250, "head_stop": 35}
+# The most a watched stop waits before SIGKILL (the units' TimeoutStopSec is 120 s; the call's budget is not).
+STOP_WATCH_CAP_S = 60
 STAGGER_LINE = re.compile(r"init engine \(profile, create kv cache")
 
 
@@ -301,6 +314,9 @@ def run(name: str, render: Path, logs: Path, args, deadline: float, plan: dict, 
         record["bootstrap_query"] = {"status": status, "body": body.decode(errors="replace")[:600]}
     serving.log(f"{name}: {json.dumps(record['summary'])[:300]} judged {record['judged']['through_prefill_and_decode']}"
                 f" of {record['judged']['requests']}")
+    if args.restart:
+        record["restart"] = restart_in_deploy_order(args, head, head_entry, rest, units, pipeline, model, deadline)
+        return record
     record["fault"] = kill_headless(args, head, head_entry, rest[0], rest_items[0][1], units, engines, pipeline,
                                     model, deadline)
     return record
@@ -448,7 +464,89 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
             "log_lines": watch.seen}
 
 
-def estimate(head_dies: bool = False) -> dict:
+def tcp_sockets(port: int, state: str) -> int:
+    """How many TCP sockets have this local port in this state ("0A" listening, "01" established), on any local
+    address (the API server may listen on all of them); only the head's API server has this port here."""
+    count = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(name).read_text().splitlines()[1:]:
+                fields = line.split()
+                count += int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state
+    return count
+
+
+def stop_watched(engine: serving.Engine, api: int | None, timeout_stop: float, bounded: bool) -> dict:
+    """``systemctl stop`` of one unit (KillMode=control-group: SIGTERM to every process), watched every 0.1 s.
+    With ``api`` (the API port): when it stops listening and when its last connection closes (the HTTP server is done);
+    ``bounded``: SIGKILL to what is left of the unit from that moment. SIGKILL in any case after
+    min(TimeoutStopSec, STOP_WATCH_CAP_S)."""
+    cap = min(timeout_stop, STOP_WATCH_CAP_S)
+    started = time.monotonic()
+    watch = faults.LogWatch({"log": engine}, started)
+    out: dict = {"processes": len(engine.session_pids())}
+    with contextlib.suppress(OSError):
+        os.killpg(engine.process.pid, signal.SIGTERM)
+    while True:
+        now = round(time.monotonic() - started, 2)
+        watch.poll()
+        if api and "listener_closed_s" not in out and not tcp_sockets(api, "0A"):
+            out["listener_closed_s"] = now
+        if api and "listener_closed_s" in out and "http_done_s" not in out and not tcp_sockets(api, "01"):
+            out["http_done_s"] = now
+        if "main_exited_s" not in out and engine.process.poll() is not None:
+            out["main_exited_s"] = now
+        if "main_exited_s" in out and not engine.session_pids():
+            out["all_exited_s"] = now
+            break
+        reason = ("the HTTP server is done" if bounded and "http_done_s" in out else
+                  f"TimeoutStopSec ({cap:.0f} s here)" if now >= cap else None)
+        if reason:
+            out["sigkill_s"], out["sigkill_because"] = now, reason
+            with contextlib.suppress(OSError):
+                os.killpg(engine.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                engine.process.wait(timeout=10)
+            while engine.session_pids() and time.monotonic() - started < cap + 10:
+                time.sleep(0.05)
+            out["all_exited_s"] = round(time.monotonic() - started, 2)
+            break
+        time.sleep(0.1)
+    watch.poll()
+    out["log_lines"] = watch.seen
+    return out
+
+
+def restart_in_deploy_order(args, head: serving.Engine, head_entry: dict, rest: list[serving.Engine], units: dict,
+                            pipeline: dict, model: str, deadline: float) -> dict:
+    """roles/engine/tasks/restart_distributed.yml on one machine: headless stages stop, the head stops (watched;
+    --restart says how it ends), the head starts, the headless stages start; then one request, judged."""
+    head_unit = units[head_entry["name"]]
+    out: dict = {"mode": args.restart, "timeout_stop_sec": head_unit.settings["TimeoutStopSec"]}
+    zero = time.monotonic()
+    out["headless_stop"] = [stop_watched(engine, None, head_unit.settings["TimeoutStopSec"], bounded=False)
+                            for engine in rest]
+    out["head_stop_began_s"] = round(time.monotonic() - zero, 2)
+    api = urllib.parse.urlsplit(pipeline["url"]).port
+    out["head_stop"] = stop_watched(head, api, head_unit.settings["TimeoutStopSec"], bounded=args.restart == "bounded")
+    out["stopped_s"] = round(time.monotonic() - zero, 2)
+    serving.log(f"span restart ({args.restart}): stops {out['headless_stop']} / {out['head_stop']}")
+    out["start"] = start_in_order(head, rest, args.stagger, max(0.0, min(300.0, deadline - time.monotonic() - 30)))
+    ready = wait_ready(head, rest, max(0.0, deadline - time.monotonic() - EST["stop"] - EST["check"]))
+    out["ready_again"] = {**ready, "s_from_first_stop": round(time.monotonic() - zero, 1)}
+    if ready["ready"]:
+        request_id = f"{_pd_evidence.CHECK_REQUEST_PREFIX}-restart-{args.restart}"
+        offsets = {"head": len(head.text()), **{f"headless {i}": len(e.text()) for i, e in enumerate(rest)}}
+        answer = serving.chat(pipeline, model, request_id, "Say hello.", max_tokens=8, timeout=60)
+        time.sleep(1)  # the connector logs the hand-off as the request finishes
+        text = "\n".join(engine.text()[offsets[name]:] for name, engine in
+                         {"head": head, **{f"headless {i}": e for i, e in enumerate(rest)}}.items())
+        out["served_again"] = {"outcome": faults.outcome(answer), "judged": _pd_evidence.judge(text, request_id),
+                               "s_from_first_stop": round(time.monotonic() - zero, 1)}
+    return out
+
+
+def estimate(head_dies: bool = False, restart: bool = False) -> dict:
     steps = [("lay out, addresses, venv", EST["setup"]), ("head, then headless, to /health 200", EST["ready"]),
              ("requests, judged", EST["requests"]), ("load before the kill", EST["lead"]),
              ("RestartSec, then the headless stage's start", EST["restart_sec"] + EST["stage_start"]),
@@ -456,6 +554,10 @@ def estimate(head_dies: bool = False) -> dict:
              ("stop: headless, then head", EST["stop"])]
     if head_dies:
         steps.append(("the head's own restart (if it exits)", EST["head_restart"]))
+    if restart:
+        steps = [*steps[:3], ("headless stop, then the head's (watched)", EST["stop"] + EST["head_stop"]),
+                 ("head, then headless, to /health 200 again", EST["ready"]), ("one request, judged", EST["check"]),
+                 ("stop: headless, then head", EST["stop"] + EST["head_stop"])]
     return {"steps": [{"step": s, "seconds": t} for s, t in steps], "total_s": sum(t for _s, t in steps)}
 
 
@@ -467,12 +569,19 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=8, help="check requests one at a time (and as many from 4 clients)")
     parser.add_argument("--kill", choices=("main", "engine", "group"), default="main")
     parser.add_argument("--fault-after", type=float, default=8, help="seconds of load before the kill")
+    parser.add_argument("--restart", choices=("natural", "bounded"),
+                        help="instead of the kill: a restart in the deploy's order, the head's stop watched (item 5)")
     parser.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
                         help="start the headless stage once the head's prefill engine holds its KV cache")
     parser.add_argument("--compile-bytecode", action="store_true")
     parser.add_argument("--budget", type=float, default=570, help="seconds this call may take (the tool stops at 600)")
     parser.add_argument("--estimate", action="store_true", help="print the steps and their estimated seconds only")
     args = parser.parse_args()
+    if args.estimate and args.restart:
+        plan_out = {"if the head lives": estimate(restart=True)}
+        plan_out["fits"] = plan_out["if the head lives"]["total_s"] <= args.budget
+        print(json.dumps(plan_out))
+        return 0
     if args.estimate:
         plan_out = {"if the head lives": estimate(), "if the head exits too": estimate(head_dies=True)}
         plan_out["fits"] = plan_out["if the head exits too"]["total_s"] <= args.budget
@@ -498,6 +607,9 @@ def main() -> int:
     for problem in serving.check_out(out):
         serving.log(f"WARNING: {problem}")
     fault = results[name].get("fault") or {}
+    if args.restart:
+        again = (results[name].get("restart") or {}).get("served_again") or {}
+        return 0 if results[name].get("ready", {}).get("ready") and again.get("outcome") == "ok" else 1
     return 0 if results[name].get("ready", {}).get("ready") and fault.get("first_ok_s") is not None else 1
 
 

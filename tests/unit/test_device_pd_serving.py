@@ -313,9 +313,10 @@ def test_bench_budget_skips_what_would_not_fit(tmp_path):
 # --- a pipeline spanning two inventory hosts on one machine (tests/device/span_serving.py) ------------
 
 # The stand-in's timeouts, scaled down (the real ones: heartbeat 5 s, heartbeat timeout 30 s, dispatch wait 10 s,
-# the API server's exit 5 s after a stage died): RestartSec stays the rendered unit's 15 s.
+# the API server's exit 5 s after a stage died, the head's orchestrator join on SIGTERM 30 s): RestartSec stays the
+# rendered unit's 15 s.
 FAKE_SPAN = {"FAKE_ENGINE_HEARTBEAT_S": "0.5", "FAKE_ENGINE_HEARTBEAT_TIMEOUT_S": "3", "FAKE_ENGINE_DISPATCH_WAIT_S": "1",
-             "FAKE_ENGINE_EXIT_AFTER_S": "2"}
+             "FAKE_ENGINE_EXIT_AFTER_S": "2", "FAKE_ENGINE_HEAD_STOP_JOIN_S": "3"}
 
 
 def in_private_network(argv: list[str]) -> list[str]:
@@ -350,6 +351,36 @@ def span_head_exits(tmp_path_factory):
     """kill -9 of the headless engine-core process, and a head that shuts down once no decode replica is left."""
     return span_run(tmp_path_factory.mktemp("span-head"), "rehearsal-span-head", ["--kill", "engine"],
                     {"FAKE_ENGINE_HEAD_EXITS_ON_PEER_LOSS": "1"})
+
+
+@pytest.fixture(scope="module", params=["natural", "bounded"])
+def span_restart(tmp_path_factory, request):
+    """A restart in the deploy's order with the head's stop watched: by itself, or SIGKILL once its HTTP is done."""
+    span, _out, _stdout = span_run(tmp_path_factory.mktemp(f"span-{request.param}"), f"rehearsal-{request.param}",
+                                   ["--restart", request.param], {})
+    return request.param, span
+
+
+def test_span_restart_in_the_deploys_order_times_the_heads_stop_and_serves_again(span_restart):
+    mode, span = span_restart
+    restart = span["restart"]
+    assert restart["mode"] == mode and restart["timeout_stop_sec"] == 120 and "fault" not in span
+    (headless,) = restart["headless_stop"]
+    assert headless["all_exited_s"] < 2 and "sigkill_s" not in headless and "listener_closed_s" not in headless
+    head = restart["head_stop"]
+    # The stand-in's head stops listening at once and exits only after its (scaled) 3 s orchestrator join.
+    assert head["listener_closed_s"] <= head["http_done_s"] < 1, head
+    assert "log: server finished" in head["log_lines"] and "log: orchestrator shutdown" in head["log_lines"]
+    if mode == "natural":
+        assert 3 <= head["main_exited_s"] < 5 and "sigkill_s" not in head, head
+        assert "log: orchestrator join timed out" in head["log_lines"]
+    else:
+        assert head["sigkill_s"] == head["http_done_s"] and head["sigkill_because"] == "the HTTP server is done"
+        assert head["all_exited_s"] < 2 and "log: orchestrator join timed out" not in head["log_lines"], head
+    assert restart["headless_stop"][0]["all_exited_s"] <= restart["head_stop_began_s"] <= restart["stopped_s"]
+    assert restart["start"]["stagger_s"] is not None and restart["ready_again"]["ready"]
+    again = restart["served_again"]
+    assert again["outcome"] == "ok" and again["judged"]["ok"], again
 
 
 def test_span_inventory_plans_one_pipeline_over_two_hosts_of_one_gpu():
@@ -439,8 +470,9 @@ def test_netlink_adds_and_removes_an_address_on_lo(tmp_path):
 
 def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
     """tests/device/prepare.sh --calls: the staging calls back to back (one per payload part, the last with the
-    extras and the unpack), then A (PD and aggregated, one spec), B (span) and C (decode killed, restart), each
-    with timeout_s 600 and an estimate inside the 570 s budget, from the renders prepare.sh makes."""
+    extras and the unpack), then A (PD and aggregated, one spec), B (span), C (decode killed, restart) and D and E
+    (span restarts in the deploy's order, the head's stop natural and bounded), each with timeout_s 600 and an
+    estimate inside the 570 s budget, from the renders prepare.sh makes."""
     root = tmp_path / "render"
     for name in ("pd-text", "aggregated-text", "pd-span-text"):
         plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{name}.yml"))
@@ -454,11 +486,13 @@ def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
     parts = json.loads((REPO / "tests" / "device" / "payload.json").read_text())["parts"]
     staging = [line for line in lines if "pd_serving.sh stage" in line]
     assert len(staging) == len(parts) and "extras.tar.gz" in staging[-1] and "imports pd-text=" in staging[-1]
-    calls = {line.split(".", 1)[0].strip(): line for line in lines if line.startswith(("  A.", "  B.", "  C."))}
-    assert set(calls) == {"A", "B", "C"} and all(line.endswith("timeout_s 600") for line in calls.values())
+    calls = {line.split(".", 1)[0].strip(): line for line in lines
+             if line.startswith(("  A.", "  B.", "  C.", "  D.", "  E."))}
+    assert set(calls) == set("ABCDE") and all(line.endswith("timeout_s 600") for line in calls.values())
     assert "pd-text=/srv/stage/render/pd-text aggregated-text=/srv/stage/render/aggregated-text" in calls["A"]
     assert """--spec '{"input_lens": [512], "output_lens": [32],""" in calls["A"]
     assert "span=/srv/stage/render/pd-span-text" in calls["B"]
     assert "--fault 1" in calls["C"] and "--restart-after-fault" in calls["C"] and "--no-grid" in calls["C"]
     estimates = [int(n) for n in re.findall(r"\(about (\d+) s", done.stdout)]
-    assert len(estimates) == 3 and all(300 < n <= 570 for n in estimates), estimates
+    assert "--restart natural" in calls["D"] and "--restart bounded" in calls["E"]
+    assert len(estimates) == 5 and all(300 < n <= 570 for n in estimates), estimates

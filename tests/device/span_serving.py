@@ -35,10 +35,11 @@ head on the first host, a headless decode stage on the second). Standard library
    headless stage stopped as ``systemctl stop`` does (SIGTERM to every process of the unit, SIGKILL after
    TimeoutStopSec), then the head, watched every 0.1 s: when its API port stops listening, when its last
    client connection closes (its HTTP server is done), when the engine logs its orchestrator join, when its
-   processes are gone. ``natural`` lets the head exit by itself (what the units do today); ``bounded`` sends
-   SIGKILL to what is left of the unit as soon as the HTTP server is done (what a stop bounded by the head's real
-   work would do). Then the head and the headless stage start again in the deploy's order, and one request is
-   judged prefill -> decode.
+   processes are gone. ``natural`` lets the head exit by itself (what the units do today: SIGTERM to every process
+   of the unit); ``bounded`` sends SIGTERM to the head's main process only and SIGKILL to what is left of the unit
+   as soon as its HTTP server is done (what an ExecStop= that waits on the API port, with KillSignal=SIGKILL,
+   does). Then the head and the headless stage start again in the deploy's order, and one request is judged
+   prefill -> decode.
 
 Everything lands in $OUT/results.json (key NAME) and $OUT/logs.tar.gz. ``--budget`` keeps the call inside the
 device tool's 600 s: the scenario stops waiting when the budget runs out and writes what it has.
@@ -465,8 +466,8 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
 
 
 def tcp_sockets(port: int, state: str) -> int:
-    """How many TCP sockets have this local port in this state ("0A" listening, "01" established), on any local
-    address (the API server may listen on all of them); only the head's API server has this port here."""
+    """How many TCP sockets have this local port in this state ("0A" listening, "01" established, "08" close-wait),
+    on any local address (the API server may listen on all of them); only the head's API server has this port."""
     count = 0
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
@@ -477,22 +478,27 @@ def tcp_sockets(port: int, state: str) -> int:
 
 
 def stop_watched(engine: serving.Engine, api: int | None, timeout_stop: float, bounded: bool) -> dict:
-    """``systemctl stop`` of one unit (KillMode=control-group: SIGTERM to every process), watched every 0.1 s.
-    With ``api`` (the API port): when it stops listening and when its last connection closes (the HTTP server is done);
-    ``bounded``: SIGKILL to what is left of the unit from that moment. SIGKILL in any case after
-    min(TimeoutStopSec, STOP_WATCH_CAP_S)."""
+    """``systemctl stop`` of one unit, watched every 0.1 s: today's units (KillMode=control-group: SIGTERM to every
+    process), or ``bounded``: what an ExecStop= that waits on the head's HTTP server does (SIGTERM to the main process
+    only; once the API port neither listens nor holds a connection, KillSignal=SIGKILL to what is left of the unit).
+    With ``api`` (the API port): when it stops listening and when its last connection closes (the HTTP server is
+    done). SIGKILL in any case after min(TimeoutStopSec, STOP_WATCH_CAP_S)."""
     cap = min(timeout_stop, STOP_WATCH_CAP_S)
     started = time.monotonic()
     watch = faults.LogWatch({"log": engine}, started)
     out: dict = {"processes": len(engine.session_pids())}
     with contextlib.suppress(OSError):
-        os.killpg(engine.process.pid, signal.SIGTERM)
+        if bounded:
+            os.kill(engine.process.pid, signal.SIGTERM)
+        else:
+            os.killpg(engine.process.pid, signal.SIGTERM)
     while True:
         now = round(time.monotonic() - started, 2)
         watch.poll()
         if api and "listener_closed_s" not in out and not tcp_sockets(api, "0A"):
             out["listener_closed_s"] = now
-        if api and "listener_closed_s" in out and "http_done_s" not in out and not tcp_sockets(api, "01"):
+        if api and "listener_closed_s" in out and "http_done_s" not in out and \
+                not tcp_sockets(api, "01") and not tcp_sockets(api, "08"):  # established, or closed by the client only
             out["http_done_s"] = now
         if "main_exited_s" not in out and engine.process.poll() is not None:
             out["main_exited_s"] = now

@@ -20,7 +20,7 @@ from ..host import _engine_data, _locks, _names
 from ..host._engine_data import EngineVersion
 from . import _distributed, _placement, _ports, _stage_config, _stage_config_checks
 from ._deployment import Deployment
-from ._engine_argv import argv, environment, head_argv, headless_argv
+from ._engine_argv import argv, environment, head_argv, head_exec_stop, headless_argv
 from ._setting_groups import KvTransferSettings
 
 # What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
@@ -247,6 +247,8 @@ class PipelineBuilder:
             "master": {"address": context.master[0], "port": context.master[1]},
             "placement": {"score": None, "explain": context.explain},
         }
+        if engine.is_head:  # its unit's stop: bounded by its HTTP server's work, not the engine's 30 s join
+            entry["exec_stop"] = head_exec_stop(ports["api"])
         kv_key, kv_plan = kv_transfer_plan(deployment.kv_settings)
         entry[kv_key] = kv_plan
         entry["api_key_env"] = self._api_key_env(entry)

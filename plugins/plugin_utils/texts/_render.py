@@ -83,14 +83,21 @@ def argv_text(pipeline: dict) -> str:
 
 
 def dropin_text(pipeline: dict) -> str:
-    """The pipeline's drop-in for the vllm-omni@.service template: its environment file and exact argv."""
-    return (
+    """The pipeline's drop-in for the vllm-omni@.service template: its environment file and exact argv; a
+    distributed head's also its stop (the plan's ``exec_stop``)."""
+    text = (
         f"# {pipeline['unit']}: rendered by vllm_omni.serve from the plan; edits are overwritten.\n"
         "[Service]\n"
         f"EnvironmentFile={pipeline['paths']['env_file']}\n"
         "ExecStart=\n"
         f"ExecStart={exec_line(pipeline['argv'])}\n"
     )
+    if pipeline.get("exec_stop"):
+        text += ("# A distributed head stops once its HTTP server is done (SIGTERM, then its API port watched); what is\n"
+                 "# left of the unit then gets SIGKILL, instead of the engine's 30 s orchestrator join (engine facts).\n"
+                 f"ExecStop={exec_line(pipeline['exec_stop'])}\n"
+                 "KillSignal=SIGKILL\n")
+    return text
 
 
 def pipeline_files(plan: dict, pipeline: dict, cache: dict | None = None) -> dict[str, str]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+
 import pytest
 from unitlib import deployment_of
 
@@ -194,3 +199,102 @@ def test_a_simulated_headless_engine_is_an_xpyd_sim_stand_in_of_its_role_on_its_
                                       role, ("10.0.0.11", 8400))
     assert argv == [f"{VENV}/bin/xpyd-sim", "serve", "--mode", role, "--host", "10.0.0.12", "--port", "8093",
                     "--model", MODEL]
+
+
+# --- a distributed head's stop (ExecStop=) ---------------------------------------------------------------
+
+LINGERING_SERVER = r"""
+import signal, socket, sys, time
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", 0))
+listener.listen()
+print(listener.getsockname()[1], flush=True)
+clients = []
+def on_term(*_args):
+    # As vLLM-Omni 0.26's head: the HTTP server lets go of its port (after its clients, here HOLD_S), then the
+    # process lingers (the orchestrator join) before it exits.
+    listener.close()
+    time.sleep(float(sys.argv[1]))
+    for client in clients:
+        client.close()
+    print("http done", flush=True)
+    time.sleep(30)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+listener.settimeout(0.1)
+while True:
+    try:
+        clients.append(listener.accept()[0])
+    except (TimeoutError, OSError):
+        pass
+"""
+
+
+@pytest.fixture
+def lingering_head():
+    """A process that, on SIGTERM, closes its listener, keeps its clients HOLD_S more seconds, then lingers 30 s."""
+    started = []
+
+    def start(hold_s: float, client: bool):
+        server = subprocess.Popen([sys.executable, "-c", LINGERING_SERVER, str(hold_s)], stdout=subprocess.PIPE, text=True)
+        started.append(server)
+        port = int(server.stdout.readline())
+        connection = socket.create_connection(("127.0.0.1", port)) if client else None
+        time.sleep(0.3)  # accepted
+        return server, port, connection
+
+    yield start
+    for server in started:
+        server.kill()
+        server.wait()
+
+
+def run_exec_stop(pid: int, port: int) -> float:
+    started = time.monotonic()
+    done = subprocess.run(_engine_argv.head_exec_stop(port), env={"MAINPID": str(pid), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stderr == "", done
+    return time.monotonic() - started
+
+
+def test_a_head_s_stop_returns_once_its_port_is_closed_not_when_the_process_exits(lingering_head):
+    server, port, _unused = lingering_head(0, client=False)
+    seconds = run_exec_stop(server.pid, port)
+    assert seconds < 2, seconds
+    assert server.poll() is None  # still in its 30 s linger: the unit's KillSignal=SIGKILL ends it
+
+
+def test_a_head_s_stop_waits_for_its_open_connections(lingering_head):
+    server, port, connection = lingering_head(2, client=True)
+    seconds = run_exec_stop(server.pid, port)
+    assert 2 <= seconds < 4, seconds
+    assert server.poll() is None
+    connection.close()
+
+
+def test_a_head_s_stop_ends_when_its_process_exits_or_is_already_gone(lingering_head):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    assert run_exec_stop(int(gone.stdout), 1) < 1  # no such process: nothing to stop
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    assert run_exec_stop(quick.pid, 9) < 2.5  # SIGTERM ends it (no port of its own): the loop ends with it
+    quick.wait()
+
+
+def test_only_a_head_gets_a_stop_and_its_drop_in_sends_sigkill_after_it():
+    from unitlib import inventory
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import dropin_text
+
+    hosts = {"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0]},
+             "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}}
+    plan = build_plan(inventory(hosts, {"vllm_omni_audio_output": False}))
+    processes = {p["name"]: p for host in plan["hosts"].values() for p in host["pipelines"]}
+    heads = [p for p in processes.values() if p.get("process") == "head"]
+    assert heads and all(p["exec_stop"] == _engine_argv.head_exec_stop(p["ports"]["api"]) for p in heads)
+    assert all("exec_stop" not in p for p in processes.values() if p.get("process") != "head")
+    text = dropin_text(heads[0])
+    assert text.endswith("KillSignal=SIGKILL\n") and 'ExecStop=/bin/sh -c "kill -TERM \\"$$MAINPID\\"' in text
+    assert all("ExecStop" not in dropin_text(p) for p in processes.values() if p.get("process") != "head")

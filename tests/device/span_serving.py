@@ -35,11 +35,12 @@ head on the first host, a headless decode stage on the second). Standard library
    headless stage stopped as ``systemctl stop`` does (SIGTERM to every process of the unit, SIGKILL after
    TimeoutStopSec), then the head, watched every 0.1 s: when its API port stops listening, when its last
    client connection closes (its HTTP server is done), when the engine logs its orchestrator join, when its
-   processes are gone. ``natural`` lets the head exit by itself (what the units do today: SIGTERM to every process
-   of the unit); ``bounded`` sends SIGTERM to the head's main process only and SIGKILL to what is left of the unit
-   as soon as its HTTP server is done (what an ExecStop= that waits on the API port, with KillSignal=SIGKILL,
-   does). Then the head and the headless stage start again in the deploy's order, and one request is judged
-   prefill -> decode.
+   processes are gone. Both send SIGTERM to every process of the unit; ``natural`` lets the head exit by itself
+   (the units before issue 27's stop), ``bounded`` sends SIGKILL to what is left of the unit as soon as its HTTP
+   server is done (the head's ExecStop= and KillSignal=SIGKILL, plan/_engine_argv.head_exec_stop). A first
+   ``bounded`` run signalled the main process alone: the engine's stage processes, which inherit the listening
+   socket, kept the port open for the whole 30 s join (docs/gpu-evidence.md, run 10). Then the head and the
+   headless stage start again in the deploy's order, and one request is judged prefill -> decode.
 
 Everything lands in $OUT/results.json (key NAME) and $OUT/logs.tar.gz. ``--budget`` keeps the call inside the
 device tool's 600 s: the scenario stops waiting when the budget runs out and writes what it has.
@@ -478,9 +479,9 @@ def tcp_sockets(port: int, state: str) -> int:
 
 
 def stop_watched(engine: serving.Engine, api: int | None, timeout_stop: float, bounded: bool) -> dict:
-    """``systemctl stop`` of one unit, watched every 0.1 s: today's units (KillMode=control-group: SIGTERM to every
-    process), or ``bounded``: what an ExecStop= that waits on the head's HTTP server does (SIGTERM to the main process
-    only; once the API port neither listens nor holds a connection, KillSignal=SIGKILL to what is left of the unit).
+    """``systemctl stop`` of one unit, watched every 0.1 s: SIGTERM to every process of the unit; ``bounded``: once
+    the API port neither listens nor holds a connection, SIGKILL to what is left (the head's ExecStop= and
+    KillSignal=SIGKILL).
     With ``api`` (the API port): when it stops listening and when its last connection closes (the HTTP server is
     done). SIGKILL in any case after min(TimeoutStopSec, STOP_WATCH_CAP_S)."""
     cap = min(timeout_stop, STOP_WATCH_CAP_S)
@@ -488,10 +489,7 @@ def stop_watched(engine: serving.Engine, api: int | None, timeout_stop: float, b
     watch = faults.LogWatch({"log": engine}, started)
     out: dict = {"processes": len(engine.session_pids())}
     with contextlib.suppress(OSError):
-        if bounded:
-            os.kill(engine.process.pid, signal.SIGTERM)
-        else:
-            os.killpg(engine.process.pid, signal.SIGTERM)
+        os.killpg(engine.process.pid, signal.SIGTERM)
     while True:
         now = round(time.monotonic() - started, 2)
         watch.poll()

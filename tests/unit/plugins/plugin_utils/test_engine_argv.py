@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -204,21 +207,24 @@ def test_a_simulated_headless_engine_is_an_xpyd_sim_stand_in_of_its_role_on_its_
 # --- a distributed head's stop (ExecStop=) ---------------------------------------------------------------
 
 LINGERING_SERVER = r"""
-import signal, socket, sys, time
+import os, signal, socket, sys, time
+hold_s, with_child = float(sys.argv[1]), sys.argv[2] == "child"
 listener = socket.socket()
 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 listener.bind(("127.0.0.1", 0))
 listener.listen()
+if with_child and os.fork() == 0:  # a stage process: it inherits the listening socket and holds it while it lives
+    time.sleep(60)
+    os._exit(0)
 print(listener.getsockname()[1], flush=True)
 clients = []
 def on_term(*_args):
-    # As vLLM-Omni 0.26's head: the HTTP server lets go of its port (after its clients, here HOLD_S), then the
+    # As vLLM-Omni 0.26's head: the HTTP server lets go of its port (after its clients, here hold_s), then the
     # process lingers (the orchestrator join) before it exits.
     listener.close()
-    time.sleep(float(sys.argv[1]))
+    time.sleep(hold_s)
     for client in clients:
         client.close()
-    print("http done", flush=True)
     time.sleep(30)
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
@@ -233,20 +239,24 @@ while True:
 
 @pytest.fixture
 def lingering_head():
-    """A process that, on SIGTERM, closes its listener, keeps its clients HOLD_S more seconds, then lingers 30 s."""
+    """A head stand-in: on SIGTERM it closes its listener, keeps its clients ``hold_s`` more seconds, then lingers
+    30 s; ``child``: a stage process beside it holds the inherited listener; ``session``: in a session of its own,
+    as systemd starts a unit's main process."""
     started = []
 
-    def start(hold_s: float, client: bool):
-        server = subprocess.Popen([sys.executable, "-c", LINGERING_SERVER, str(hold_s)], stdout=subprocess.PIPE, text=True)
-        started.append(server)
+    def start(hold_s: float, client: bool, child: bool = False, session: bool = True):
+        server = subprocess.Popen([sys.executable, "-c", LINGERING_SERVER, str(hold_s), "child" if child else "alone"],
+                                  stdout=subprocess.PIPE, text=True, start_new_session=session)
+        started.append((server, session))
         port = int(server.stdout.readline())
         connection = socket.create_connection(("127.0.0.1", port)) if client else None
         time.sleep(0.3)  # accepted
         return server, port, connection
 
     yield start
-    for server in started:
-        server.kill()
+    for server, session in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL) if session else server.kill()
         server.wait()
 
 
@@ -259,10 +269,18 @@ def run_exec_stop(pid: int, port: int) -> float:
 
 
 def test_a_head_s_stop_returns_once_its_port_is_closed_not_when_the_process_exits(lingering_head):
-    server, port, _unused = lingering_head(0, client=False)
+    # Its stage process holds the listener too: the whole group gets SIGTERM (the main process alone would leave
+    # the port open for the 30 s: on the H200, 30.31 s).
+    server, port, _unused = lingering_head(0, client=False, child=True)
     seconds = run_exec_stop(server.pid, port)
     assert seconds < 2, seconds
     assert server.poll() is None  # still in its 30 s linger: the unit's KillSignal=SIGKILL ends it
+
+
+def test_a_main_process_that_leads_no_group_gets_the_sigterm_alone(lingering_head):
+    server, port, _unused = lingering_head(0, client=False, session=False)
+    assert run_exec_stop(server.pid, port) < 2
+    assert server.poll() is None
 
 
 def test_a_head_s_stop_waits_for_its_open_connections(lingering_head):
@@ -273,11 +291,11 @@ def test_a_head_s_stop_waits_for_its_open_connections(lingering_head):
     connection.close()
 
 
-def test_a_head_s_stop_ends_when_its_process_exits_or_is_already_gone(lingering_head):
+def test_a_head_s_stop_ends_when_its_process_exits_or_is_already_gone():
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
     assert run_exec_stop(int(gone.stdout), 1) < 1  # no such process: nothing to stop
-    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"], start_new_session=True)
     assert run_exec_stop(quick.pid, 9) < 2.5  # SIGTERM ends it (no port of its own): the loop ends with it
     quick.wait()
 
@@ -296,5 +314,5 @@ def test_only_a_head_gets_a_stop_and_its_drop_in_sends_sigkill_after_it():
     assert heads and all(p["exec_stop"] == _engine_argv.head_exec_stop(p["ports"]["api"]) for p in heads)
     assert all("exec_stop" not in p for p in processes.values() if p.get("process") != "head")
     text = dropin_text(heads[0])
-    assert text.endswith("KillSignal=SIGKILL\n") and 'ExecStop=/bin/sh -c "kill -TERM \\"$$MAINPID\\"' in text
+    assert text.endswith("KillSignal=SIGKILL\n") and 'ExecStop=/bin/sh -c "kill -0 \\"$$MAINPID\\"' in text
     assert all("ExecStop" not in dropin_text(p) for p in processes.values() if p.get("process") != "head")

@@ -95,8 +95,10 @@ def dropin_text(pipeline: dict) -> str:
     if pipeline.get("exec_stop"):
         text += ("# A distributed head stops once its HTTP server is done (SIGTERM, then its API port watched); what is\n"
                  "# left of the unit then gets SIGKILL, instead of the engine's 30 s orchestrator join (engine facts).\n"
+                 "# That SIGKILL is the stop's own: a stopped head is inactive, not failed.\n"
                  f"ExecStop={exec_line(pipeline['exec_stop'])}\n"
-                 "KillSignal=SIGKILL\n")
+                 "KillSignal=SIGKILL\n"
+                 "SuccessExitStatus=SIGKILL\n")
     return text
 
 

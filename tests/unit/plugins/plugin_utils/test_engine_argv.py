@@ -314,5 +314,6 @@ def test_only_a_head_gets_a_stop_and_its_drop_in_sends_sigkill_after_it():
     assert heads and all(p["exec_stop"] == _engine_argv.head_exec_stop(p["ports"]["api"]) for p in heads)
     assert all("exec_stop" not in p for p in processes.values() if p.get("process") != "head")
     text = dropin_text(heads[0])
-    assert text.endswith("KillSignal=SIGKILL\nSuccessExitStatus=SIGKILL\n") and 'ExecStop=/bin/sh -c "kill -0 \\"$$MAINPID\\"' in text
+    assert text.endswith("KillSignal=SIGKILL\nSuccessExitStatus=SIGKILL\n")
+    assert 'ExecStop=/bin/sh -c "kill -0 \\"$$MAINPID\\"' in text
     assert all("ExecStop" not in dropin_text(p) for p in processes.values() if p.get("process") != "head")

@@ -82,13 +82,19 @@ def scale(sizes: list[int], noop_runs: int) -> dict:
     return report
 
 
+LOGS = CACHE / "reports" / "lab-deploy"
+
+
 def deploy(layout: Path) -> tuple[float, str]:
+    """One deploy; its whole output is kept in LOGS (a no-op that ran every play says why in its converge lines)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     start = time.monotonic()
     result = subprocess.run(["ansible-playbook", "playbooks/deploy.yml", "-i", "inventories/lab/hosts.yml",
                              "-i", str(layout), "-e", f"@{SECRETS}"], cwd=REPO, env=env, capture_output=True,
                             text=True, check=False)
     seconds = time.monotonic() - start
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / f"{layout.stem}-{time.strftime('%Y%m%dT%H%M%S')}.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         sys.exit(f"deploy failed:\n{result.stdout[-3000:]}")
     return seconds, result.stdout.split("PLAY RECAP")[-1]

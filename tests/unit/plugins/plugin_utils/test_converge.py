@@ -159,5 +159,20 @@ def test_every_variable_the_plays_before_the_check_set_is_left_out_of_the_operat
 
 def test_the_renewal_window_the_check_assumes_is_the_front_door_s_default():
     defaults = yaml.safe_load((REPO / "roles" / "frontdoor" / "defaults" / "main.yml").read_text())
-    converge = (REPO / "playbooks" / "converge.yml").read_text()
-    assert f"frontdoor_certificate_renew_days | default({defaults['frontdoor_certificate_renew_days']})" in converge
+    for playbook in ("converge.yml", "record.yml"):
+        text = (REPO / "playbooks" / playbook).read_text()
+        assert f"frontdoor_certificate_renew_days | default({defaults['frontdoor_certificate_renew_days']})" in text
+
+
+def test_the_record_holds_the_digest_taken_at_the_end_of_the_deploy():
+    """A deploy that makes the front door's certificate (a new router host) must record the material it installed:
+    with the digest of the run's start, the next deploy found it changed and ran every play once more (seen at 8
+    and 16 lab machines, docs/benchmarks.md "Scale")."""
+    record = yaml.safe_load((REPO / "playbooks" / "record.yml").read_text())
+    tasks = record[0]["tasks"]
+    names = [task["name"] for task in tasks]
+    at_end = names.index("Footprint | the digest of what this deploy installed (plan, collection, TLS material as it is now)")
+    recorded = names.index("Footprint | record this whole deploy for the next one's no-op check")
+    assert at_end < recorded and "converge_digest(" in tasks[at_end]["ansible.builtin.set_fact"]["converge_fleet_digest_at_end"]
+    assert tasks[recorded]["vllm_omni.serve.converge_state"]["digest"] == \
+        "{{ hostvars['localhost'].converge_fleet_digest_at_end }}"

@@ -36,6 +36,7 @@ debootstrap, iproute2 and rsync with apt when missing. ``up`` is idempotent: run
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -128,6 +129,14 @@ def ensure_rootfs(release: str = DEFAULT_RELEASE) -> Path:
     if (rootfs / ".complete").is_file():
         return rootfs
     LAB.mkdir(parents=True, exist_ok=True)
+    # One builder per rootfs: `make test` builds the later modules' releases (tests/lab/warm.py) while the lab
+    # boots its first machines; an `up` that needs a release being built waits for it, then finds it complete.
+    with open(LAB / f"{rootfs.name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return rootfs if (rootfs / ".complete").is_file() else build_rootfs(release, rootfs)
+
+
+def build_rootfs(release: str, rootfs: Path) -> Path:
     staging = LAB / f"{rootfs.name}.building"
     shutil.rmtree(staging, ignore_errors=True)
     log(f"building the {release} rootfs with debootstrap ({len(packages(release))} packages); cached in {rootfs}")

@@ -2,7 +2,7 @@
 
     python wheelhouse.py OUT_DIR PYTHON MACHINE ABI PLATFORMS LOCK [LOCK ...]
 
-Run by the python_venv role with Ansible's own Python (it needs pip, nothing else; any OS and any
+Run by the artifacts role with Ansible's own Python (it needs pip, nothing else; any OS and any
 Python 3.8+ will do). For each lock (data/locks/<name>.txt):
 
 * every pin with a wheel for the target is downloaded with ``pip download --only-binary=:all:
@@ -15,11 +15,15 @@ Python 3.8+ will do). For each lock (data/locks/<name>.txt):
   own hashes, and for a built wheel the sha256 of the file built here from the verified sdist.
 
 ``OUT_DIR/.complete`` marks a finished set; it is filled in ``OUT_DIR.building`` and renamed, so an
-interrupted run leaves nothing half-made under the final name. Prints one line per step.
+interrupted run leaves nothing half-made under the final name. One run fills a set at a time (an exclusive
+lock on ``OUT_DIR.lock``): a second run for the same set, from another playbook on this controller or a
+warm-up beside a deploy, waits for the first and then finds the set complete, instead of removing the
+first one's half-filled directory. Prints one line per step.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -112,14 +116,21 @@ def fill(out: Path, target: dict, locks: list[Path]) -> None:
 def main(argv: list[str]) -> int:
     out, python, machine, abi, platforms, *locks = argv
     final = Path(out)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.with_name(final.name + ".lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        return fill_once(final, {"python": python, "machine": machine, "abi": abi, "platforms": platforms.split(",")},
+                         [Path(lock) for lock in locks])
+
+
+def fill_once(final: Path, target: dict, locks: list[Path]) -> int:
     if (final / ".complete").is_file():
         print(f"{final.name}: complete already", flush=True)
         return 0
     building = final.with_name(final.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
-    fill(building, {"python": python, "machine": machine, "abi": abi, "platforms": platforms.split(",")},
-         [Path(lock) for lock in locks])
+    fill(building, target, locks)
     size = sum(p.stat().st_size for p in building.iterdir())
     (building / ".complete").write_text(f"{size}\n")
     shutil.rmtree(final, ignore_errors=True)

@@ -78,3 +78,51 @@ def in_fresh_interpreters(script: str, seeds: tuple[str, ...] = ("0", "1", "2"))
         assert done.returncode == 0, done.stderr[-2000:]
         outputs.append(done.stdout)
     return outputs
+
+
+class ModuleExit(Exception):
+    """A module's exit_json or fail_json, caught: ``kind`` is "exit" or "fail", ``result`` its keywords."""
+
+    def __init__(self, kind, result):
+        super().__init__(kind)
+        self.kind, self.result, self.calls = kind, result, []
+
+
+def run_gpu_module(monkeypatch, main, data_dir, binary="/usr/bin/nvidia-smi", **params) -> ModuleExit:
+    """A GPU discovery module's main() (nvidia_gpu_facts, host_facts) with nvidia-smi answering as the lab's stand-in
+    does with ``data_dir``'s captures; ``binary=None`` is a host without nvidia-smi. The result's ``calls`` lists
+    nvidia-smi's argument lists."""
+    import subprocess
+    import sys
+
+    from ansible.module_utils import basic
+    from ansible.module_utils.testing import patch_module_args
+
+    calls = []
+    real_get_bin_path, real_run_command = basic.AnsibleModule.get_bin_path, basic.AnsibleModule.run_command
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return binary if name == "nvidia-smi" else real_get_bin_path(self, name, required, opt_dirs)
+
+    def run_command(self, argv, **kwargs):
+        if argv[0] != binary:  # not nvidia-smi: Ansible's own fact collectors
+            return real_run_command(self, argv, **kwargs)
+        calls.append(argv[1:])
+        env = {"FAKE_NVIDIA_SMI_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
+        result = subprocess.run([sys.executable, str(REPO / "tests" / "lab" / "fake_nvidia_smi.py"), *argv[1:]],
+                                capture_output=True, text=True, env=env, check=False)
+        return result.returncode, result.stdout, result.stderr
+
+    def leave(kind):
+        def raise_it(self, **result):
+            raise ModuleExit(kind, result)
+        return raise_it
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave("exit"))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", leave("fail"))
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    with patch_module_args(params), pytest.raises(ModuleExit) as caught:
+        main()
+    caught.value.calls = calls
+    return caught.value

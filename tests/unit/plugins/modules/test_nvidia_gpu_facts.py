@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-from unitlib import FIXTURES, REPO
+from unitlib import FIXTURES, ModuleExit, run_gpu_module
 
 from ansible_collections.vllm_omni.serve.plugins.modules import nvidia_gpu_facts
-
-STANDIN = REPO / "tests" / "lab" / "fake_nvidia_smi.py"
-
-
-class Exit(Exception):
-    def __init__(self, kind, result):
-        super().__init__(kind)
-        self.kind, self.result = kind, result
 
 
 @pytest.fixture
 def run_module(monkeypatch):
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_never for _never in ()).throw(Exit("exit", kw)))
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_never for _never in ()).throw(Exit("fail", kw)))
-
-    def run(data_dir, binary="/usr/bin/nvidia-smi", **params):
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: binary)
-
-        def fake_run_command(self, argv, **kwargs):
-            # The lab stand-in answers exactly as on a lab machine (python3, the captured files).
-            import subprocess
-            import sys
-            env = {"FAKE_NVIDIA_SMI_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
-            result = subprocess.run([sys.executable, str(STANDIN), *argv[1:]], capture_output=True, text=True,
-                                    env=env, check=False)
-            return result.returncode, result.stdout, result.stderr
-
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
-        with patch_module_args(params), pytest.raises(Exit) as caught:
-            nvidia_gpu_facts.main()
-        return caught.value
+    def run(data_dir, binary="/usr/bin/nvidia-smi", **params) -> ModuleExit:
+        return run_gpu_module(monkeypatch, nvidia_gpu_facts.main, data_dir, binary, **params)
     return run
 
 

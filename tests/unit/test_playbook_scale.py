@@ -32,3 +32,24 @@ def test_lockstep_plays_pin_the_linear_strategy():
     assert set(found) >= LOCKSTEP, sorted(LOCKSTEP - set(found))
     assert {key: found[key] for key in LOCKSTEP} == dict.fromkeys(LOCKSTEP, "linear")
     assert set(found.values()) <= {None, "linear"}  # nothing asks for another strategy
+
+
+def per_host_tasks(file: str, play_names: set[str] | None = None) -> list[str]:
+    """The tasks of a playbook's plays that run once for each host (not run_once): each is a worker forked on the
+    controller per host, and a module call on the host unless it is an action that stays on the controller."""
+    found = []
+    for name, play in plays():
+        if name == file and (play_names is None or play["name"] in play_names):
+            found += [task["name"] for task in play.get("tasks", []) if not task.get("run_once")]
+    return found
+
+
+def test_a_no_op_deploy_costs_a_few_tasks_a_host():
+    # Until the no-op check skips every later play, a deploy runs plan.yml twice (before and after discovery),
+    # facts.yml, the Limit play and converge.yml on every host; these are all it pays per host (benchmarks.md).
+    limit = {play["name"] for name, play in plays() if name == "preflight.yml" and play["name"].startswith("Limit |")}
+    # One module call: the OS and the GPUs.
+    assert per_host_tasks("facts.yml") == ["Facts | the host's OS, and its GPUs, their memory, busy state and topology"]
+    assert len(per_host_tasks("plan.yml")) == 1  # the planned-service groups, on the controller
+    assert per_host_tasks("preflight.yml", limit) == []
+    assert per_host_tasks("converge.yml") == ["Converge | this host against what the last whole deploy left here"]

@@ -8,9 +8,9 @@ playbooks/vars/plan.yml (`hostvars['localhost']['vllm_omni_plan']`). For each in
 pd, 0.26.0, connection local: no host is reached) this runs benchmarks/plan_in_ansible/per_host.yml: playbooks/plan.yml
 (the plan task once, the planned-service groups on every host), then on --hosts of the hosts (forks = --hosts, so
 they run side by side) a task that reads nothing of the plan, one that reads one list of it as the roles do
-(vars/plan.yml), one that reads the host's look (converge.yml's argument), and one that reads the list through
-localhost's facts (as vars/plan.yml did until 2026-12-04). It prints each task's wall time
-(tests/callbacks/task_timer.py) and the run's CPU time, as JSON.
+(vars/plan.yml), one that reads the host's look (converge.yml's argument) and a play pattern that reads localhost's
+facts; then the same list and pattern with the plan also a fact on localhost, as the playbooks kept it until
+2026-12-04. It prints each task's wall time (tests/callbacks/task_timer.py) and the run's CPU time, as JSON.
 """
 
 from __future__ import annotations

@@ -48,8 +48,11 @@ class ActionModule(ActionBase):
             limit.update(hosts=sorted(h for h in engine_and_services if h in limited),
                          outside=sorted(h for h in engine_and_services if h not in limited),
                          from_cache=from_cache, routers=_discovery.router_needs(plan, limited))
-        result.update(changed=False, ansible_facts={"vllm_omni_plan": plan, "vllm_omni_limit": limit},
-                      summary=summary_lines(plan), warnings_count=len(plan["warnings"]), discovery_cached=written)
+        facts = {"vllm_omni_plan": plan, "vllm_omni_limit": limit} if args["as_fact"] else {"vllm_omni_limit": limit}
+        result.update(changed=False, ansible_facts=facts, summary=summary_lines(plan),
+                      warnings_count=len(plan["warnings"]), discovery_cached=written)
+        if not args["as_fact"]:
+            result["plan"] = plan
         return result
 
     def _plan(self, task_vars: dict, pending: bool, use_cache: bool, limited: set | None) -> tuple:

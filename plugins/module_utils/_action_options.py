@@ -35,6 +35,7 @@ DEPLOYMENT_PLAN = {
     "discovery_pending": {"type": "bool", "default": False},
     "discovery_cache": {"type": "bool", "default": False},
     "run_hosts": {"type": "list", "elements": "str"},
+    "as_fact": {"type": "bool", "default": True},
 }
 RENDER_PLAN = {
     "plan": {"type": "dict", "required": True},

@@ -37,6 +37,14 @@ options:
         which router hosts outside the limit must already route to the limited hosts' pipelines.
     type: list
     elements: str
+  as_fact:
+    description:
+      - Return the plan as the fact C(vllm_omni_plan) (on the host the task is delegated to with C(delegate_facts)).
+      - With V(false) the plan is returned as RV(plan) only, to be registered (a C(run_once) task's result goes to
+        every host of the play) and read from there. The collection's playbooks do so, because Ansible copies all of
+        a host's facts each time its C(hostvars) are read, and a fleet's plan is large (23 MB at 1,024 hosts x 8 GPUs).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -52,16 +60,28 @@ EXAMPLES = r"""
   vllm_omni.serve.deployment_plan:
   run_once: true
   delegate_to: localhost
+
+- name: Plan | the same, the plan registered on every host of the play instead of a fact
+  vllm_omni.serve.deployment_plan:
+    as_fact: false
+  register: plan_result
+  run_once: true
+  delegate_to: localhost
+  delegate_facts: true  # vllm_omni_limit on localhost
 """
 
 RETURN = r"""
 ansible_facts:
   description:
     - C(vllm_omni_plan), the plan (see the P(vllm_omni.serve.plan#filter) filter for its keys); it is the same
-      whatever the limit.
+      whatever the limit. Only with O(as_fact).
     - C(vllm_omni_limit), what O(run_hosts) leaves out (C(limited), C(hosts), C(outside), C(from_cache), C(routers)).
   type: dict
   returned: success
+plan:
+  description: The plan, as the fact C(vllm_omni_plan) would hold it.
+  type: dict
+  returned: success and O(as_fact=false)
 summary:
   description: Human-readable lines, what you set versus what the collection computed.
   type: list

@@ -32,7 +32,7 @@ def test_two_runs_for_one_set_fill_it_once_and_both_find_it_complete(tmp_path, c
     final = tmp_path / "wheelhouse" / "router-abc"
     argv = [str(final), "3.12", "x86_64", "cp312", "manylinux_2_28_x86_64", str(tmp_path / "router.txt")]
     results = []
-    runs = [threading.Thread(target=lambda: results.append(wheelhouse.main(argv))) for _ in range(2)]
+    runs = [threading.Thread(target=lambda: results.append(wheelhouse.main(argv)), name=name) for name in ("first", "second")]
     for run in runs:
         run.start()
         time.sleep(0.1)

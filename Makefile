@@ -64,7 +64,9 @@ test: tools
 
 test-checks: sanity units galaxy conformance
 
-test-lab: molecule-multihost lab-test
+# molecule's multihost scenario, then lane a's modules; lane b's beside them from the start.
+test-lab: tools
+	$(call lab_lanes,$(MAKE) --no-print-directory molecule-multihost &&)
 
 lint: tools
 	ruff check .
@@ -138,13 +140,34 @@ demo-down: tools
 	python tests/lab/lab.py down
 
 # Deploys to lab machines beyond molecule: check mode, restarts, removal, uninstall, real-engine install.
-# Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
+# Two lanes side by side: a deploy keeps about one of CI's two cores busy and the modules wait on their
+# machines much of the rest, so lane b's modules run in a second lab (tests/lab/lane.py: its own network
+# namespace, the same addresses) beside lane a's. Lane a has the network (test_lab installs ansible-core
+# from the index) and everything heavy on disk (the real engine's venvs, the 3 GiB staged model); lane b has
+# no route out, so its caches are filled first (tests/lab/warm.py: at once when make test's own warm-up has
+# filled them). $(1): what lane a runs before its modules. Lane b's output follows lane a's; either failing
+# fails. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
 # conformance engines): a run that ends without space says how much there was.
-lab-test: tools
+LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=25 -o testpaths=tests/lab
+LAB_LANE_A := tests/lab/test_lab.py tests/lab/test_security.py tests/lab/test_multihost.py tests/lab/test_artifacts.py
+LAB_LANE_B := tests/lab/test_faults.py tests/lab/test_footprint.py tests/lab/test_sandbox_devices.py
+define lab_lanes
 	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'
-	status=0; python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab tests/lab || status=$$?; \
+	@b_log=$$(mktemp); \
+	( b_status=0; python tests/lab/warm.py > "$$b_log" 2>&1 || \
+	    echo "lab lane b: warm.py failed; the lane has no network: a cache it lacks fails its module" >> "$$b_log"; \
+	  python tests/lab/lane.py b -- $(LAB_PYTEST) $(LAB_LANE_B) >> "$$b_log" 2>&1 || b_status=$$?; \
+	  echo "$$b_status" > "$$b_log.rc" ) & \
+	a_status=0; { $(1) $(LAB_PYTEST) $(LAB_LANE_A); } || a_status=$$?; wait; \
+	echo "== lab lane b ($(LAB_LANE_B)), ran beside lane a:"; cat "$$b_log"; \
+	b_status=$$(cat "$$b_log.rc"); rm -f "$$b_log" "$$b_log.rc"; \
 	df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; \
-	du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; exit $$status
+	du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; \
+	echo "== lab lane a: exit $$a_status; lane b: exit $$b_status"; [ "$$a_status" -eq 0 ] && [ "$$b_status" -eq 0 ]
+endef
+
+lab-test: tools
+	$(call lab_lanes,)
 
 # Molecule scenarios on the lab (delegated driver): default (1 host) and multihost (3 hosts).
 # `make test` runs multihost only: default's one host (engines and router together, discovered GPUs) is

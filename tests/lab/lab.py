@@ -28,6 +28,11 @@ system call, which systemd-nspawn filters out by default (without it systemd ins
 WITHOUT applying ACL" and every device stays open). The machines then run on the unified cgroup
 hierarchy even where this host runs a hybrid one. tests/lab/test_sandbox_devices.py uses it.
 
+``$LAB_LANE`` (letters and digits) names a second lab beside the first: ``make lab-test`` runs two lanes of
+test modules side by side, the second through tests/lab/lane.py, which gives it a network namespace of its own.
+Its machines keep the names, addresses and bridge above (tests and inventories stay as they are); its run state
+(``run-<lane>``), known hosts and inventory (``inventories/lab-<lane>/``) are its own.
+
 A GPU stand-in (``nvidia-smi`` replaying real H200 outputs) is placed only when asked
 (``--gpu-profile``), by the lab, never by a role. Needs root; installs systemd-container,
 debootstrap, iproute2 and rsync with apt when missing. ``up`` is idempotent: running machines are kept.
@@ -52,14 +57,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
 LAB = CACHE / "lab"
-RUN = LAB / "run"
+# A lane is a second lab beside the first (tests/lab/lane.py): the same machine names, addresses and bridge,
+# in a network namespace of its own, with its own run state, known hosts and inventory. Rootfs, SSH key and
+# wheel sets are shared. Empty: the lab as it always was.
+LANE = os.environ.get("LAB_LANE", "")
+SUFFIX = f"-{LANE}" if LANE else ""
+RUN = LAB / f"run{SUFFIX}"
 SSH_DIR = LAB / "ssh"
 KEY = SSH_DIR / "id_ed25519"
-KNOWN_HOSTS = SSH_DIR / "known_hosts"
+KNOWN_HOSTS = SSH_DIR / f"known_hosts{SUFFIX}"
 BRIDGE = "vomni-br0"
 SUBNET = "10.77.0"
 CONTROLLER_IP = f"{SUBNET}.1"
-INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+INVENTORY = REPO / "inventories" / f"lab{SUFFIX}" / "hosts.yml"
 PACKAGES_FILE = Path(__file__).with_name("rootfs-packages.txt")
 DEFAULT_RELEASE = "bookworm"
 # Debian releases a machine can run, each with its package list (names differ between releases).
@@ -168,8 +178,25 @@ def build_rootfs(release: str, rootfs: Path) -> Path:
 
 def ensure_key() -> None:
     SSH_DIR.mkdir(parents=True, exist_ok=True)
-    if not KEY.is_file():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vllm-omni-lab", "-f", str(KEY)])
+    with open(SSH_DIR / "id_ed25519.lock", "w") as held:  # two lanes' first `up` make one key
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not KEY.is_file():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vllm-omni-lab", "-f", str(KEY)])
+
+
+def lane_netns(lane: str) -> str:
+    """The named network namespace (``ip netns``) a lane's machines live in (tests/lab/lane.py makes it)."""
+    return f"vomni-lane-{lane}"
+
+
+def check_lane() -> None:
+    """A lane's machines have the first lab's addresses and bridge name: only a network namespace of their own
+    keeps the two apart. Refuse a lane outside the namespace tests/lab/lane.py made for it (it names it in
+    LAB_LANE_NETNS from inside)."""
+    if LANE and not LANE.isalnum():
+        sys.exit(f"lab: LAB_LANE={LANE!r}: letters and digits only")
+    if LANE and os.readlink("/proc/self/ns/net") != os.environ.get("LAB_LANE_NETNS"):
+        sys.exit(f"lab: LAB_LANE={LANE} needs a network namespace of its own: run it through tests/lab/lane.py")
 
 
 # --- machines -----------------------------------------------------------------------------------
@@ -389,6 +416,7 @@ def parse_releases(spec: str, count: int) -> dict[str, str]:
 
 def up(count: int, gpu_profile: str | None, releases: dict[str, str] | None = None,
        enforce_devices: bool = False) -> None:
+    check_lane()
     ensure_host_tools()
     ensure_key()
     wanted = [(host_name(i), host_ip(i)) for i in range(1, count + 1)]
@@ -458,9 +486,12 @@ def stop(name: str) -> None:
 def down() -> None:
     if os.geteuid() != 0:
         sys.exit("lab: needs root")
+    check_lane()  # a lane's `down` outside its namespace would take the first lab's bridge
     for base in sorted(RUN.glob("lab-*")) if RUN.is_dir() else []:
         stop(base.name)
     quiet(["ip", "link", "del", BRIDGE])
+    if LANE:
+        quiet(["ip", "netns", "del", lane_netns(LANE)])  # its last process (this one) ends it
     shutil.rmtree(RUN, ignore_errors=True)
     INVENTORY.unlink(missing_ok=True)
     leftovers = check_clean()
@@ -471,10 +502,11 @@ def down() -> None:
 
 def check_clean() -> list[str]:
     leftovers = []
-    nspawns = quiet(["pgrep", "-f", "systemd-nspawn.*--machine lab-"]).stdout.split()
+    # This lane's only: another lane's machines (run-<lane>/) may be running beside it.
+    nspawns = quiet(["pgrep", "-f", f"systemd-nspawn.*--directory {RUN}/lab-"]).stdout.split()
     if nspawns:
         leftovers.append(f"systemd-nspawn processes {' '.join(nspawns)}")
-    mounts = [line for line in Path("/proc/mounts").read_text().splitlines() if str(RUN) in line]
+    mounts = [line for line in Path("/proc/mounts").read_text().splitlines() if f" {RUN}/" in line]
     if mounts:
         leftovers.append(f"{len(mounts)} mount(s) under {RUN}")
     links = quiet(["ip", "-o", "link", "show"]).stdout

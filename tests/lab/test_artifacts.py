@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_lab import lab, on, playbook, scenario
+from test_lab import CACHE, lab, on, playbook, scenario
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 
-CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
 CONTROLLER_LOG = CACHE / "artifacts" / "rsyncd.log"
 CONFORMANCE_CONFIG = CACHE / "models" / "0.26.0" / "hub" / "models--Qwen--Qwen3-Omni-30B-A3B-Instruct" / "snapshots" \
     / "conformance" / "config.json"

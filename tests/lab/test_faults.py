@@ -8,33 +8,37 @@ through the router while pipelines are upgraded, killed or refused, and the test
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from test_lab import LAB, LAB_INVENTORY, REPO, lab, on, playbook, recap, scenario, started_at
+from test_lab import CACHE, LAB, LAB_INVENTORY, MEASURED, REPO, SUFFIX, lab, on, playbook, recap, scenario, started_at
 
-KEY_FILE = Path("/tmp/vllm-omni-faults.key")
-REPORT = Path.home() / ".cache" / "vllm-omni-serve" / "reports" / "faults.json"
+KEY_FILE = Path(tempfile.gettempdir()) / f"vllm-omni-faults{SUFFIX}.key"
+REPORT = MEASURED / "faults.json"
 
 
 def record(name: str, **measured) -> None:
     """Keep what a fault test measured (docs/benchmarks.md quotes these) in the reports directory."""
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    found = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
-    found[name] = {**measured, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    REPORT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    with open(REPORT.with_suffix(".lock"), "w") as held:  # both lanes record into it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        found = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
+        found[name] = {**measured, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+        REPORT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
 
 
 ROUTER = "https://10.77.0.11:8000"  # the front door (TLS, key checked); vllm-router itself is on loopback
 ROUTER_ADMIN = "http://127.0.0.1:18000"  # vllm-router's own API, from lab-1 only
-CA_FILE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve") / "tls" / "ca.pem"
+CA_FILE = CACHE / "tls" / "ca.pem"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 
@@ -278,7 +282,7 @@ def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
             output.append("poweroff\n")
     run.wait()
     text = "".join(output)
-    Path("/tmp/vllm-omni-host-lost.log").write_text(text)
+    Path(tempfile.gettempdir()) / f"vllm-omni-host-lost{SUFFIX}.log".write_text(text)
     assert run.returncode != 0
     hosts = recap(text)
     print(f"\nhost lost mid-deploy: {hosts}")
@@ -290,7 +294,7 @@ def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
     assert env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="3"'
 
 
-NEW_KEY_FILE = Path("/tmp/vllm-omni-faults-new.key")
+NEW_KEY_FILE = Path(tempfile.gettempdir()) / f"vllm-omni-faults-new{SUFFIX}.key"
 
 
 class KeyLoad(Load):

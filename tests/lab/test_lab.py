@@ -27,10 +27,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lab import INVENTORY as LAB_INVENTORY  # this lane's (lab.py, LAB_LANE), written by `up`
+from lab import SUFFIX  # noqa: F401 - "" in the first lab, "-<lane>" in a lane: the controller's scratch file names
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
-LAB_INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+
+# This lane's controller cache (the deploys' TLS material, reports); what the modules measured for the docs goes
+# to the first lab's reports directory, whichever lane measured it (tests/lab/lane.py sets LAB_MEASURED_DIR).
+CACHE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve")
+MEASURED = Path(os.environ.get("LAB_MEASURED_DIR") or CACHE / "reports")
 KEY = "lab-test-key-0123456789abcdef0123"
 TRIXIE = "lab-1=trixie"  # this module's host: Debian 13 (data/platforms.yml debian13, CPython 3.13)
 
@@ -241,7 +247,7 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     # config check loads the staged snapshot offline (HF_HUB_OFFLINE=1) as the engines would.
     model = tmp_path / "model"
     model.mkdir()
-    conformance = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve")) / "models" / \
+    conformance = CACHE / "models" / \
         "0.26.0" / "hub" / "models--Qwen--Qwen3-Omni-30B-A3B-Instruct" / "snapshots" / "conformance" / "config.json"
     shutil.copy(conformance, model / "config.json")
     # A model directory must hold weights to be staged (the deploy door refuses one without): an empty but

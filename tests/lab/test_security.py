@@ -20,10 +20,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_lab import lab, on, playbook, scenario
+from test_lab import CACHE, MEASURED, lab, on, playbook, scenario
 
 REPO = Path(__file__).resolve().parents[2]
-REPORTS = Path.home() / ".cache" / "vllm-omni-serve" / "reports"
 KEY = "security-test-key-0123456789abcdef"
 ENGINES = {"lab-1": "10.77.0.11", "lab-2": "10.77.0.12"}
 OUTSIDER = "lab-3"
@@ -56,7 +55,7 @@ def reaches(source: str, address: str, port: int) -> bool:
     return on(source, f"python3 -c \"{probe}\"").startswith("OPEN")
 
 
-CA_FILE = Path(os.environ.get("VLLM_OMNI_CACHE") or Path.home() / ".cache" / "vllm-omni-serve") / "tls" / "ca.pem"
+CA_FILE = CACHE / "tls" / "ca.pem"
 FRONT_DOOR = "https://10.77.0.11:8000"
 
 
@@ -218,8 +217,8 @@ def test_units_are_sandboxed_and_everything_still_serves(deployed):
     score = on("lab-1", "systemd-analyze security vomni-engine-profile 2>&1 | tail -1; "
                         "rm /etc/systemd/system/vomni-engine-profile.service; systemctl daemon-reload")
     exposure["engine backend (GPU), unit file only"] = float(re.search(r": (\d+\.\d+)", score).group(1))
-    REPORTS.mkdir(parents=True, exist_ok=True)
-    (REPORTS / "security-exposure.json").write_text(json.dumps(exposure, indent=1, sort_keys=True) + "\n")
+    MEASURED.mkdir(parents=True, exist_ok=True)
+    (MEASURED / "security-exposure.json").write_text(json.dumps(exposure, indent=1, sort_keys=True) + "\n")
     # And they still serve: a real chat completion through the router, from a configured client.
     assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY, "POST", CHAT) == 200
     assert "ok" in on("lab-1", "curl -s http://10.77.0.11:9003/health")

@@ -34,9 +34,9 @@ $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 # Two chains side by side on CI's 2 cores: the checks that need no lab (ansible-test, Galaxy's
 # importer, conformance with the real engines) run in the background while molecule and the lab,
 # which spend much of their time waiting on lab machines, stream their output; the checks' output
-# follows at the end. Either failing fails. (Only one lab can exist at a time: the lab chain is the
-# long one, so everything else goes beside it, at nice 10: the checks have slack and take the CPU whenever
-# the lab waits on its machines, instead of slowing the chain that decides make test's time.)
+# follows at the end. Either failing fails. (The lab chain is the long one, itself two lanes of lab modules
+# side by side (lab_lanes below), so everything else goes beside it, at nice 10: the checks have slack and take
+# the CPU whenever the lab waits on its machines, instead of slowing the chain that decides make test's time.)
 # (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
 # reaches the summary line instead of ending the recipe at the status file it never wrote.)
 # On CI (CI set: a clean clone whose caches go with it) the checks chain then removes the engine venvs that

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_lab import CACHE, LAB, LAB_INVENTORY, MEASURED, REPO, SUFFIX, lab, on, playbook, recap, scenario, started_at
+from lab import SUFFIX  # "" in the first lab, "-<lane>" in a lane: this lane's scratch files on the controller
+from test_lab import CACHE, LAB, LAB_INVENTORY, MEASURED, REPO, lab, on, playbook, recap, scenario, started_at
 
 KEY_FILE = Path(tempfile.gettempdir()) / f"vllm-omni-faults{SUFFIX}.key"
 REPORT = MEASURED / "faults.json"
@@ -140,7 +141,8 @@ def test_a_deploy_under_load_rolls_every_changed_pipeline_within_the_bound(two_h
         {"lab-1": 0, "lab-2": 0}
     # The runbook's reads (docs/operations.md): status as one JSON document, each kind of unit's journal.
     playbook("status.yml", changed, "-e", "status_json=true")
-    document = json.loads(max(REPORT.parent.glob("*/status.json"), key=lambda path: path.stat().st_mtime).read_text())
+    statuses = (CACHE / "reports").glob("*/status.json")  # this lane's controller cache, where status.yml writes
+    document = json.loads(max(statuses, key=lambda path: path.stat().st_mtime).read_text())
     assert document["ok"] is True, document
     assert sorted((p["host"], p["pipeline"], p["state"]) for p in document["pipelines"]) == [
         ("lab-1", "omni0", "active/running"), ("lab-1", "omni1", "active/running"), ("lab-2", "omni0", "active/running")]

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 import yaml
 from lab import INVENTORY as LAB_INVENTORY  # this lane's (lab.py, LAB_LANE), written by `up`
-from lab import SUFFIX  # noqa: F401 - "" in the first lab, "-<lane>" in a lane: the controller's scratch file names
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]

@@ -31,7 +31,7 @@ hierarchy even where this host runs a hybrid one. tests/lab/test_sandbox_devices
 ``$LAB_LANE`` (letters and digits) names a second lab beside the first: ``make lab-test`` runs two lanes of
 test modules side by side, the second through tests/lab/lane.py, which gives it a network namespace of its own.
 Its machines keep the names, addresses and bridge above (tests and inventories stay as they are); its run state
-(``run-<lane>``), known hosts and inventory (``inventories/lab-<lane>/``) are its own.
+(``run-<lane>``), known hosts and inventory (``run-<lane>/hosts.yml``) are its own.
 
 A GPU stand-in (``nvidia-smi`` replaying real H200 outputs) is placed only when asked
 (``--gpu-profile``), by the lab, never by a role. Needs root; installs systemd-container,
@@ -69,7 +69,8 @@ KNOWN_HOSTS = SSH_DIR / f"known_hosts{SUFFIX}"
 BRIDGE = "vomni-br0"
 SUBNET = "10.77.0"
 CONTROLLER_IP = f"{SUBNET}.1"
-INVENTORY = REPO / "inventories" / f"lab{SUFFIX}" / "hosts.yml"
+# A lane's inventory lives with its run state, out of the checkout (builds, conformance and lint read the checkout).
+INVENTORY = RUN / "hosts.yml" if LANE else REPO / "inventories" / "lab" / "hosts.yml"
 PACKAGES_FILE = Path(__file__).with_name("rootfs-packages.txt")
 DEFAULT_RELEASE = "bookworm"
 # Debian releases a machine can run, each with its package list (names differ between releases).
@@ -444,8 +445,8 @@ def up(count: int, gpu_profile: str | None, releases: dict[str, str] | None = No
     for name, ip in wanted:
         wait_ready(name, ip, deadline)
     write_inventory(wanted, release_of)
-    log(f"{len(wanted)} machine(s) up (started: {', '.join(started) or 'none, all were running'}); "
-        f"inventory: {INVENTORY.relative_to(REPO)}")
+    shown = INVENTORY.relative_to(REPO) if INVENTORY.is_relative_to(REPO) else INVENTORY
+    log(f"{len(wanted)} machine(s) up (started: {', '.join(started) or 'none, all were running'}); inventory: {shown}")
 
 
 def poweroff(name: str) -> None:

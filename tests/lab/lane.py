@@ -8,7 +8,7 @@ lab's names, addresses and bridge (the tests and inventories spell 10.77.0.x and
 namespace of its own keeps apart. The command runs:
 * in a network namespace of its own (``ip netns``: ``vomni-lane-NAME``, kept between calls, loopback up): the
   lane's bridge, veths and machines live there;
-* with ``LAB_LANE=NAME``: lab.py keeps its run state, known hosts and inventory (``inventories/lab-NAME/``) apart;
+* with ``LAB_LANE=NAME``: lab.py keeps its run state, known hosts and inventory (``run-NAME/hosts.yml``) apart;
 * with a controller cache of its own (``$VLLM_OMNI_CACHE/lanes/NAME``) for what a deploy writes there (TLS
   material, the artifacts' manifests and rsync daemon, discovery, reports), whose large read-mostly parts
   (the wheel sets, models, engines, the lab's rootfs and SSH key, the tool venv) are links to the shared one;

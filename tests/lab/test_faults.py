@@ -284,7 +284,7 @@ def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
             output.append("poweroff\n")
     run.wait()
     text = "".join(output)
-    Path(tempfile.gettempdir()) / f"vllm-omni-host-lost{SUFFIX}.log".write_text(text)
+    (Path(tempfile.gettempdir()) / f"vllm-omni-host-lost{SUFFIX}.log").write_text(text)
     assert run.returncode != 0
     hosts = recap(text)
     print(f"\nhost lost mid-deploy: {hosts}")

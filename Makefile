@@ -149,7 +149,9 @@ demo-down: tools
 # fails. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
 # conformance engines): a run that ends without space says how much there was.
 LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=25 -o testpaths=tests/lab
-LAB_LANE_A := tests/lab/test_lab.py tests/lab/test_security.py tests/lab/test_multihost.py tests/lab/test_artifacts.py
+# test_lab last: its real-engine and installed-tarball tests are the most CPU-hungry and time-bound, and by then
+# the checks chain (conformance boots the real engines 57 times) is done and lane b nearly so.
+LAB_LANE_A := tests/lab/test_security.py tests/lab/test_multihost.py tests/lab/test_artifacts.py tests/lab/test_lab.py
 LAB_LANE_B := tests/lab/test_faults.py tests/lab/test_footprint.py tests/lab/test_sandbox_devices.py
 define lab_lanes
 	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'

@@ -39,7 +39,8 @@ def lane_cache(name: str) -> Path:
     """The lane's controller cache, its shared parts linked to the first lab's (made on first use)."""
     cache = CACHE / "lanes" / name
     cache.mkdir(parents=True, exist_ok=True)
-    shared = [CACHE / part for part in SHARED] + sorted(CACHE.glob("tools-*"))
+    # The tool venv and the bench role's plotting venv (warm.py makes it) are named by their requirements' hash.
+    shared = [CACHE / part for part in SHARED] + sorted(CACHE.glob("tools-*")) + sorted(CACHE.glob("bench-*"))
     for source in shared:
         source.mkdir(parents=True, exist_ok=True)
         link = cache / source.name

@@ -302,6 +302,11 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     assert "talker2code2wav_token_only cannot be imported" in refused.stdout
 
 
+# How long the handshake's sides wait for each other (the engine's imports on both; the head's master port): generous,
+# since on make test's two cores the other lab lane runs beside this test, and waits end as soon as they are met.
+HANDSHAKE_WAIT = 300
+
+
 def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_the_firewall(one_host, tmp_path):
     """A pipeline spanning lab-1 (head) and lab-2 (headless decode), with the real engine on lab-1.
 
@@ -340,10 +345,10 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
     put("lab-1", "/tmp/stage_handshake.py", (REPO / "tests" / "lab" / "stage_handshake.py").read_text())
     python = f"{head['paths']['venv']}/bin/python"
     on("lab-1", f"VLLM_PORT={head['environment']['VLLM_PORT']} nohup {python} /tmp/stage_handshake.py head "
-                f"{head['kv_ip']} {master} 1 1 120 > /tmp/handshake-head.out 2>&1 &")
+                f"{head['kv_ip']} {master} 1 1 {HANDSHAKE_WAIT} > /tmp/handshake-head.out 2>&1 &")
     # The master is up once its port answers a peer of the pipeline; lab-3 (not of the pipeline) is dropped.
     from test_security import reaches
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANDSHAKE_WAIT
     while not reaches("lab-2", head["kv_ip"], master):
         assert time.monotonic() < deadline, on("lab-1", "cat /tmp/handshake-head.out")
         time.sleep(2)
@@ -355,7 +360,7 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
                                "1", replica], capture_output=True, text=True, timeout=300, check=False)
     registered = json.loads(headless.stdout.split("@@handshake@@")[-1])
     assert registered["registered"], headless.stdout[-3000:] + headless.stderr[-3000:]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANDSHAKE_WAIT
     while "@@handshake@@" not in on("lab-1", "cat /tmp/handshake-head.out"):
         assert time.monotonic() < deadline, on("lab-1", "cat /tmp/handshake-head.out")
         time.sleep(2)

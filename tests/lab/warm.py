@@ -9,6 +9,7 @@ the real engine's (4 GB). `make test` starts this before lint instead, and it fi
 molecule, with the code the lab itself uses:
 
 * each rootfs with lab.py's ensure_rootfs (an `up` that needs one still being built waits for it);
+* the bench role's plotting venv (matplotlib; the second lab lane has no route to the index);
 * each wheel set the lab's deploys fill, taken from the plans of inventories shaped like the lab modules'
   (Debian 12 and 13 hosts; the simulator, the router, the Mooncake master; the real engine 0.26.0), by the
   artifacts role's own script with the role's arguments (a deploy that reaches a set being filled waits for
@@ -20,6 +21,7 @@ others go on: the lab then fills that cache itself, as before. Exit status 1 if 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner impo
 
 WHEELHOUSE = REPO / "roles" / "artifacts" / "files" / "wheelhouse.py"
 LOCKS = REPO / "data" / "locks"
+BENCH_REQUIREMENTS = REPO / "roles" / "bench" / "files" / "requirements.txt"
 # Releases the lab boots: molecule and most modules (12, first: molecule's machines need it within a minute or two),
 # test_lab and test_multihost (13), test_sandbox_devices (11 and 13).
 RELEASES = ("bookworm", "trixie", "bullseye")
@@ -76,6 +79,19 @@ def fill(item: dict) -> None:
                     str(LOCKS / item["uv_lock"]["file"])], check=True, stdout=subprocess.DEVNULL)
 
 
+def bench_venv() -> None:
+    """The bench role's plotting venv on the controller, where and as the role makes it (roles/bench/tasks/main.yml:
+    ``bench-<sha256 of the requirements as Ansible's file lookup reads them, 12>`` in the cache, a venv of the
+    controller's Python): the second lab lane's bench test runs where there is no route to the index."""
+    text = BENCH_REQUIREMENTS.read_text().rstrip()  # the file lookup strips trailing whitespace
+    venv = _names.cache_root() / f"bench-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # Each time (pinned requirements already there: no index needed): a venv an interrupted install left is completed.
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(BENCH_REQUIREMENTS)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def timed(name: str, step, failures: list[str]) -> None:
     start = time.monotonic()
     try:
@@ -105,8 +121,9 @@ def main() -> int:
     builder.start()
     for item in sets:
         timed(f"wheel set {item['id']}", lambda item=item: fill(item), failures)
+    timed("bench plotting venv", bench_venv, failures)
     builder.join()
-    say(f"{len(RELEASES)} rootfs and {len(sets)} wheel sets; failed: {', '.join(failures) or 'none'}")
+    say(f"{len(RELEASES)} rootfs, {len(sets)} wheel sets and the bench venv; failed: {', '.join(failures) or 'none'}")
     return 1 if failures else 0
 
 

@@ -34,8 +34,8 @@ $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 # Two chains side by side on CI's 2 cores: the checks that need no lab (ansible-test, Galaxy's
 # importer, conformance with the real engines) run in the background while molecule and the lab,
 # which spend much of their time waiting on lab machines, stream their output; the checks' output
-# follows at the end. Either failing fails. (The lab chain is the long one, itself two lanes of lab modules
-# side by side (lab_lanes below), so everything else goes beside it, at nice 10: the checks have slack and take
+# follows at the end. Either failing fails. (The lab chain is the long one (one lab by default; two side by side
+# with LAB_LANES=2, lab_lanes below), so everything else goes beside it, at nice 10: the checks have slack and take
 # the CPU whenever the lab waits on its machines, instead of slowing the chain that decides make test's time.)
 # (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
 # reaches the summary line instead of ending the recipe at the status file it never wrote.)
@@ -64,7 +64,7 @@ test: tools
 
 test-checks: sanity units galaxy conformance
 
-# molecule's multihost scenario, then lane a's modules; lane b's beside them from the start.
+# molecule's multihost scenario, then the lab modules (LAB_LANES=2: lane a's, with lane b's beside them from the start).
 test-lab: tools
 	$(call lab_lanes,$(MAKE) --no-print-directory molecule-multihost &&)
 
@@ -148,7 +148,7 @@ demo-down: tools
 # filled them). $(1): what lane a runs before its modules. Lane b's output follows lane a's; either failing
 # fails. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
 # conformance engines): a run that ends without space says how much there was.
-LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=25 -o testpaths=tests/lab
+LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab
 # test_lab last: its real-engine and installed-tarball tests are the most CPU-hungry and time-bound, and by then
 # the checks chain (conformance boots the real engines 57 times) is done and lane b nearly so.
 LAB_LANE_A := tests/lab/test_security.py tests/lab/test_multihost.py tests/lab/test_artifacts.py tests/lab/test_lab.py
@@ -159,7 +159,8 @@ LAB_LANES ?= 1
 define lab_lanes
 	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'
 	@if [ "$(LAB_LANES)" = 1 ]; then status=0; { $(1) $(LAB_PYTEST) $(sort $(LAB_LANE_A) $(LAB_LANE_B)); } || status=$$?; \
-	  df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; exit $$status; fi; \
+	  df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; \
+	  du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; exit $$status; fi; \
 	b_log=$$(mktemp); \
 	( b_status=0; python tests/lab/warm.py > "$$b_log" 2>&1 || \
 	    echo "lab lane b: warm.py failed; the lane has no network: a cache it lacks fails its module" >> "$$b_log"; \

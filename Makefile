@@ -31,42 +31,44 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-# Two chains side by side on CI's 2 cores: the checks that need no lab (ansible-test, Galaxy's
-# importer, conformance with the real engines) run in the background while molecule and the lab,
-# which spend much of their time waiting on lab machines, stream their output; the checks' output
-# follows at the end. Either failing fails. (The lab chain is the long one (one lab by default; two side by side
-# with LAB_LANES=2, lab_lanes below), so everything else goes beside it, at nice 10: the checks have slack and take
-# the CPU whenever the lab waits on its machines, instead of slowing the chain that decides make test's time.)
+# Two chains side by side on CI's 2 cores: the checks that need no lab (lint, ansible-test, Galaxy's importer,
+# conformance with the real engines) run in the background while molecule and the lab, which spend much of their
+# time waiting on lab machines, run in the foreground; the checks' output follows at the end. Either failing fails.
+# The lab chain is the long one (tests/lab/lanes.py, lab_lanes below), so everything else goes beside it, at nice 10:
+# the checks have slack and take the CPU whenever the lab waits on its machines, instead of slowing the chain that
+# decides make test's time. Lint is one of the checks for that reason: a lint failure still fails make test, at
+# the end instead of the start.
 # (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
 # reaches the summary line instead of ending the recipe at the status file it never wrote.)
 # On CI (CI set: a clean clone whose caches go with it) the checks chain then removes the engine venvs that
-# only conformance boots (8 GB each) and conformance's uv cache (5.5 GB; nothing else reads it): the lab's real-engine tests, later, need 0.26.0's beside two lab hosts'
-# 17 GB each, and CI's disk ran out there once. A developer's warm cache is left alone.
-# A third job, started before lint, fills the lab's cold caches (tests/lab/warm.py: the Debian 12, 13 and 11 rootfs,
-# every wheel set the lab fills, the real engine's 4 GB) beside lint and molecule, where the lab used to stop for
+# only conformance boots (8 GB each) and conformance's uv cache (5.5 GB; nothing else reads it): the lab's
+# real-engine tests need 0.26.0's beside two lab hosts' 17 GB each, and CI's disk ran out there once. A
+# developer's warm cache is left alone. Then it writes the file (LAB_AFTER) that the real-engine module waits for.
+# A third job, started first, fills the lab's cold caches (tests/lab/warm.py: the Debian 12, 13 and 11 rootfs,
+# every wheel set the lab fills, the real engine's 4 GB) beside molecule, where the lab used to stop for
 # them module by module; a lab step that reaches one still being filled waits for it. Its failure fails nothing:
-# the lab then fills that cache itself.
+# the lab then fills that cache itself (lane a; a lane without a route out fails the module that needs it).
 LAB_ENGINE_VERSIONS := 0.26.0
 test: tools
 	@warm_log=$$(mktemp); nice -n 10 python tests/lab/warm.py > "$$warm_log" 2>&1 & \
-	$(MAKE) --no-print-directory lint || { wait; rm -f "$$warm_log"; exit 2; }; \
 	checks_log=$$(mktemp); \
 	( checks_rc=0; nice -n 10 $(MAKE) --no-print-directory -k test-checks > "$$checks_log" 2>&1 || checks_rc=$$?; \
 	  echo "$$checks_rc" > "$$checks_log.rc"; \
 	  if [ -n "$${CI:-}" ]; then rm -rf $(CACHE)/uv-cache; for engine in $(CACHE)/engines/*; do \
-	    case " $(LAB_ENGINE_VERSIONS) " in *" $${engine##*/} "*) ;; *) rm -rf "$$engine";; esac; done; fi ) & \
-	lab_status=0; $(MAKE) --no-print-directory test-lab || lab_status=$$?; wait; \
+	    case " $(LAB_ENGINE_VERSIONS) " in *" $${engine##*/} "*) ;; *) rm -rf "$$engine";; esac; done; fi; \
+	  touch "$$checks_log.done" ) & \
+	lab_status=0; $(MAKE) --no-print-directory test-lab LAB_AFTER="$$checks_log.done" || lab_status=$$?; wait; \
 	echo "== the lab's caches (tests/lab/warm.py, ran beside molecule):"; cat "$$warm_log"; rm -f "$$warm_log"; \
-	echo "== sanity, units, galaxy, conformance (ran beside the lab):"; cat "$$checks_log"; \
-	checks_status=$$(cat "$$checks_log.rc"); rm -f "$$checks_log" "$$checks_log.rc"; \
-	echo "== molecule, lab: exit $$lab_status; sanity, units, galaxy, conformance: exit $$checks_status"; \
+	echo "== lint, sanity, units, galaxy, conformance (ran beside the lab):"; cat "$$checks_log"; \
+	checks_status=$$(cat "$$checks_log.rc"); rm -f "$$checks_log" "$$checks_log.rc" "$$checks_log.done"; \
+	echo "== molecule, lab: exit $$lab_status; lint, sanity, units, galaxy, conformance: exit $$checks_status"; \
 	[ "$$lab_status" -eq 0 ] && [ "$$checks_status" -eq 0 ]
 
-test-checks: sanity units galaxy conformance
+test-checks: lint sanity units galaxy conformance
 
-# molecule's multihost scenario, then the lab modules (LAB_LANES=2: lane a's, with lane b's beside them from the start).
+# molecule's multihost scenario (first, in lane a), then the lab modules (lab_lanes below).
 test-lab: tools
-	$(call lab_lanes,$(MAKE) --no-print-directory molecule-multihost &&)
+	$(call lab_lanes,$(MAKE) --no-print-directory molecule-multihost)
 
 lint: tools
 	ruff check .
@@ -140,38 +142,23 @@ demo-down: tools
 	python tests/lab/lab.py down
 
 # Deploys to lab machines beyond molecule: check mode, restarts, removal, uninstall, real-engine install.
-# With LAB_LANES=2, two lanes side by side: a deploy keeps about one of CI's two cores busy and the modules wait on their
-# machines much of the rest, so lane b's modules run in a second lab (tests/lab/lane.py: its own network
-# namespace, the same addresses) beside lane a's. Lane a has the network (test_lab installs ansible-core
-# from the index) and everything heavy on disk (the real engine's venvs, the 3 GiB staged model); lane b has
-# no route out, so its caches are filled first (tests/lab/warm.py: at once when make test's own warm-up has
-# filled them). $(1): what lane a runs before its modules. Lane b's output follows lane a's; either failing
-# fails. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines beside the
-# conformance engines): a run that ends without space says how much there was.
+# tests/lab/lanes.py runs the modules in LAB_LANES labs side by side: a deploy keeps about one of CI's two cores
+# busy and the modules wait on their machines much of the rest. Each lane, when free, takes the longest module
+# left that it may run. Lane a (this machine's network; $(1) first) alone has a route out; lanes b... are labs in
+# network namespaces of their own (tests/lab/lane.py: the same names and addresses) that wait for warm.py's
+# caches first. With LAB_AFTER set (make test: a file the checks chain writes when it ends), the real-engine
+# module waits for it: it reads conformance's engine venv and model config, and needs the disk that the other
+# engines free on CI. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines):
+# a run that ends without space says how much there was.
 LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab
-# test_lab last: its real-engine and installed-tarball tests are the most CPU-hungry and time-bound, and by then
-# the checks chain (conformance boots the real engines 57 times) is done and lane b nearly so.
-LAB_LANE_A := tests/lab/test_security.py tests/lab/test_multihost.py tests/lab/test_artifacts.py tests/lab/test_lab.py
-LAB_LANE_B := tests/lab/test_faults.py tests/lab/test_footprint.py tests/lab/test_sandbox_devices.py
-# LAB_LANES=1 (the default until two lanes have passed a clean clone; docs/benchmarks.md "Two lab lanes"): one lab,
-# every module in name order, as before the lanes. LAB_LANES=2: the two lanes side by side.
-LAB_LANES ?= 1
+# LAB_LANES=2, the default since a clean clone passed them whole (docs/benchmarks.md); LAB_LANES=1: one lab.
+LAB_LANES ?= 2
 define lab_lanes
 	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'
-	@if [ "$(LAB_LANES)" = 1 ]; then status=0; { $(1) $(LAB_PYTEST) $(sort $(LAB_LANE_A) $(LAB_LANE_B)); } || status=$$?; \
-	  df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; \
-	  du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; exit $$status; fi; \
-	b_log=$$(mktemp); \
-	( b_status=0; python tests/lab/warm.py > "$$b_log" 2>&1 || \
-	    echo "lab lane b: warm.py failed; the lane has no network: a cache it lacks fails its module" >> "$$b_log"; \
-	  python tests/lab/lane.py b -- $(LAB_PYTEST) $(LAB_LANE_B) >> "$$b_log" 2>&1 || b_status=$$?; \
-	  echo "$$b_status" > "$$b_log.rc" ) & \
-	a_status=0; { $(1) $(LAB_PYTEST) $(LAB_LANE_A); } || a_status=$$?; wait; \
-	echo "== lab lane b ($(LAB_LANE_B)), ran beside lane a:"; cat "$$b_log"; \
-	b_status=$$(cat "$$b_log.rc"); rm -f "$$b_log" "$$b_log.rc"; \
+	@status=0; python tests/lab/lanes.py --lanes $(LAB_LANES) $(if $(1),--first "$(1)") \
+	  $(if $(LAB_AFTER),--after "$(LAB_AFTER)") -- $(LAB_PYTEST) || status=$$?; \
 	df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk after: /' || true; \
-	du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; \
-	echo "== lab lane a: exit $$a_status; lane b: exit $$b_status"; [ "$$a_status" -eq 0 ] && [ "$$b_status" -eq 0 ]
+	du -shx $(CACHE)/* 2>/dev/null | sort -h | tail -6 | sed 's/^/lab-test cache: /' || true; exit $$status
 endef
 
 lab-test: tools

@@ -12,7 +12,8 @@
     lab.py poweroff HOST      power one machine off, keeping its disk (fault tests; `up` boots it)
 
 Each machine boots systemd as PID 1 in its own network namespace (veth ``vb-lab-N`` on bridge
-``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1), with sshd, python3, sudo, an
+``vomni-br0``, 10.77.0.0/24, the controller is 10.77.0.1) and its own cgroup (``vomni-lab-N``, or
+``vomni-<lane>-lab-N``, beside lab.py's in each hierarchy systemd uses), with sshd, python3, sudo, an
 unprivileged ``deploy`` user (password-less sudo) and a generated SSH key. Its root is an overlay
 on one shared Debian rootfs per release, built once with debootstrap and cached in
 ``$VLLM_OMNI_CACHE/lab/rootfs-<hash>`` (bookworm) or ``rootfs-<release>-<hash>`` keyed by the
@@ -41,6 +42,7 @@ debootstrap, iproute2 and rsync with apt when missing. ``up`` is idempotent: run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -307,6 +309,48 @@ def booted_with(name: str) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def cgroup_hierarchies() -> list[tuple[Path, str]]:
+    """Where this machine mounts the cgroup hierarchies that systemd (and so nspawn) uses, each with its name in
+    /proc/self/cgroup: the unified one (v2: "") and, on a hybrid host, the named v1 one ("name=systemd")."""
+    found = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            found.append((Path(fields[1]), ""))
+        elif fields[2] == "cgroup" and "name=systemd" in fields[3].split(","):
+            found.append((Path(fields[1]), "name=systemd"))
+    return found
+
+
+def machine_cgroups(name: str) -> list[Path]:
+    """The machine's own cgroup in each hierarchy: a child of the one lab.py runs in (``vomni<lane>-<name>``)."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _number, controllers, path = line.split(":", 2)
+        own[controllers] = path
+    return [mount / own[controllers].lstrip("/") / f"vomni{SUFFIX}-{name}"
+            for mount, controllers in cgroup_hierarchies() if controllers in own]
+
+
+def enter_cgroups(cgroups: list[Path]):
+    """A preexec function: the child (nspawn, before its exec) moves itself into ``cgroups``."""
+    def enter() -> None:
+        for cgroup in cgroups:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    return enter
+
+
+def remove_cgroups(name: str) -> None:
+    """The machine's cgroups, deepest first (what its systemd made inside them too); a busy one stays, and
+    check-clean names it."""
+    for top in machine_cgroups(name):
+        if top.is_dir():
+            inner = sorted((path for path in top.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts))
+            for directory in [*inner, top]:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+
+
 def boot(name: str, merged: Path, settings: dict) -> None:
     base = machine_dir(name)
     (base / "boot.json").unlink(missing_ok=True)
@@ -321,12 +365,20 @@ def boot(name: str, merged: Path, settings: dict) -> None:
         # and the bpf() system call, which nspawn's default seccomp filter leaves out.
         env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
         extra = ["--system-call-filter=bpf"]
+    # A cgroup of its own: with --keep-unit and --register=no (no systemd to make a scope on this machine) nspawn
+    # runs the machine in the caller's cgroup, so every lab machine, of both lanes, shared one (/payload). Each
+    # machine's systemd then found the others' processes in its units' cgroups: a lab-1 in one lane never forgot
+    # the router unit that uninstall had removed while the other lane's lab-1 ran a router.
+    cgroups = machine_cgroups(name)
+    for cgroup in cgroups:
+        cgroup.mkdir(exist_ok=True)
     process = subprocess.Popen(
         ["systemd-nspawn", "--quiet", "--directory", str(merged), "--machine", name, "--boot",
          f"--network-bridge={BRIDGE}", "--register=no", "--keep-unit", "--console=passive",
          # Engines need more open files and locked memory than nspawn's defaults.
          "--rlimit=RLIMIT_NOFILE=1048576", "--rlimit=RLIMIT_MEMLOCK=infinity", *extra],
-        stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True, env=env)
+        stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True, env=env,
+        preexec_fn=enter_cgroups(cgroups))  # pylint: disable=subprocess-popen-preexec-fn  # lab.py has no threads
     (base / "nspawn.pid").write_text(str(process.pid))
     # Popen returns once the child is past exec's point of no return, but /proc/PID/cmdline reads
     # empty until exec has finished loading systemd-nspawn: on a cold page cache (the first boot after
@@ -482,6 +534,7 @@ def stop(name: str) -> None:
         run(["umount", str(merged)])
     shutil.rmtree(base, ignore_errors=True)
     quiet(["ip", "link", "del", f"vb-{name}"])
+    remove_cgroups(name)
 
 
 def down() -> None:
@@ -518,6 +571,9 @@ def check_clean() -> list[str]:
         leftovers.append(f"bridge {BRIDGE}")
     if RUN.exists():
         leftovers.append(f"run directory {RUN}")
+    cgroups = [str(cgroup) for pattern in machine_cgroups("lab-*") for cgroup in pattern.parent.glob(pattern.name)]
+    if cgroups:
+        leftovers.append(f"cgroups {' '.join(cgroups)}")
     return leftovers
 
 

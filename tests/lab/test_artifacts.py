@@ -9,7 +9,7 @@ directory and proves:
   hosts got theirs from each other, in the plan's rounds;
 * a second run transfers 0 bytes;
 * a corrupted shard on one host is found and replaced on the next run, from its parent.
-The real engine's config check on the staged model runs in test_lab.py (the real-engine test).
+The real engine's config check on the staged model runs in test_real_engine.py.
 """
 
 from __future__ import annotations

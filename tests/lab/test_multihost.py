@@ -9,7 +9,7 @@ host platforms, each host's venvs from its own platform's locks, one pipeline ac
 SIMULATOR: the head's unit runs vllm-router in PD mode (each request to a prefill, then a decode
 stand-in) beside an xpyd-sim prefill; the headless unit runs an xpyd-sim decode stand-in. Units,
 files, ports, firewall, start order, restarts, upgrade and stop are the collection's, as for the real
-engine; the real engine's own head/headless handshake is proven in test_lab.py (real-engine test).
+engine; the real engine's own head/headless handshake is proven in test_real_engine.py.
 """
 
 from __future__ import annotations

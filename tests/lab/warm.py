@@ -110,7 +110,7 @@ def main() -> int:
     failures: list[str] = []
     sets = wheel_sets()
     # The engine's set (4 GB) last: the simulator's and router's are needed sooner.
-    sets.sort(key=lambda item: item["lock"]["file"].startswith("engine"))
+    sets.sort(key=lambda item: item["lock"]["name"].startswith("vllm-omni-"))  # lock files are <platform>/<name>.txt
 
     def rootfs() -> None:
         lab.ensure_host_tools()

@@ -145,10 +145,10 @@ demo-down: tools
 # tests/lab/lanes.py runs the modules in LAB_LANES labs side by side: a deploy keeps about one of CI's two cores
 # busy and the modules wait on their machines much of the rest. Each lane, when free, takes the longest module
 # left that it may run. Lane a (this machine's network; $(1) first) alone has a route out; lanes b... are labs in
-# network namespaces of their own (tests/lab/lane.py: the same names and addresses) that wait for warm.py's
-# caches first. With LAB_AFTER set (make test: a file the checks chain writes when it ends), the real-engine
-# module waits for it: it reads conformance's engine venv and model config, and needs the disk that the other
-# engines free on CI. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines):
+# network namespaces of their own (tests/lab/lane.py: the same names and addresses) that wait, before each module,
+# for warm.py's caches of the Debian releases it boots. With LAB_AFTER set (make test: a file the checks chain
+# writes when it ends), the real-engine module waits for it: it reads conformance's engine venv and model config,
+# and needs the disk that the other engines free on CI. Free disk before and after (the real-engine tests put an 8.7 GB venv on two lab machines):
 # a run that ends without space says how much there was.
 LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab
 # LAB_LANES=2, the default since a clean clone passed them whole (docs/benchmarks.md); LAB_LANES=1: one lab.

@@ -16,7 +16,7 @@ namespace of its own keeps apart. The command runs:
 * with SSH control sockets of its own: Ansible names a control socket by address, the same in both lanes.
 
 The namespace has no route out: the lane's wheel sets and rootfs must be in the cache first (tests/lab/warm.py
-fills them; `make lab-test` runs it before the lane). Needs root. The exit status is the command's.
+fills them; tests/lab/lanes.py runs it before each of the lane's modules). Needs root. The exit status is the command's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fill the lab's cold caches before the lab modules that need them: `make test` runs this beside molecule.
 
-    warm.py
+    warm.py [--releases bookworm,trixie,bullseye]
 
 The lab chain (molecule, then tests/lab) is `make test`'s critical path, and on a clean clone it used to
 stop for downloads and unpacking the first time something was needed: the Debian 12 rootfs after lint
@@ -17,10 +17,16 @@ molecule, with the code the lab itself uses:
 
 Rootfs and wheel sets go side by side (both wait on the network). A step that fails is reported and the
 others go on: the lab then fills that cache itself, as before. Exit status 1 if any step failed.
+
+``--releases`` fills only what lab machines of those Debian releases need (their rootfs, the wheel sets of their
+platform, the bench venv): a lab lane without a route out starts a module as soon as what that module boots is
+ready (tests/lab/lanes.py), instead of after every release and the real engine's set.
 """
 
 from __future__ import annotations
 
+import argparse
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -44,6 +50,8 @@ BENCH_REQUIREMENTS = REPO / "roles" / "bench" / "files" / "requirements.txt"
 # Releases the lab boots: molecule and most modules (12, first: molecule's machines need it within a minute or two),
 # test_lab and test_multihost (13), test_sandbox_devices (11 and 13).
 RELEASES = ("bookworm", "trixie", "bullseye")
+# The host platform (data/platforms.yml) of a lab machine of each release.
+PLATFORMS = {"bookworm": "debian12", "trixie": "debian13", "bullseye": "debian11"}
 # The lab modules' deployments, by host platform and backend (tests/lab/test_*.py).
 SHAPES = (
     ("debian12", {"vllm_omni_engine_backend": "simulator", "vllm_omni_mooncake_master_enabled": True}),
@@ -56,10 +64,13 @@ def say(message: str) -> None:
     print(f"warm: {message}", flush=True)
 
 
-def wheel_sets() -> list[dict]:
-    """The wheel sets of the lab's deployments, each once, from the planner (ids, platforms, locks, directories)."""
+def wheel_sets(platforms: set[str]) -> list[dict]:
+    """The wheel sets of the lab's deployments on these platforms, each once, from the planner (ids, platforms,
+    locks, directories)."""
     found: dict[str, dict] = {}
     for platform, values in SHAPES:
+        if platform not in platforms:
+            continue
         host = {"ansible_host": "10.77.0.11", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_host_platform": platform,
                 "vllm_omni_served_model_name": "qwen3-omni", "vllm_omni_api_key": "warm-up-key-0123456789abcdef",
                 **values}
@@ -85,11 +96,17 @@ def bench_venv() -> None:
     controller's Python): the second lab lane's bench test runs where there is no route to the index."""
     text = BENCH_REQUIREMENTS.read_text().rstrip()  # the file lookup strips trailing whitespace
     venv = _names.cache_root() / f"bench-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # Each time (pinned requirements already there: no index needed): a venv an interrupted install left is completed.
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(BENCH_REQUIREMENTS)], check=True,
-                   stdout=subprocess.DEVNULL)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # Under a lock: make test's copy of warm.py and a lab lane's may reach it at once. (A dot file: lane.py links
+    # every bench-* directory into a lane's cache.)
+    with open(venv.parent / f".{venv.name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        # Each time (pinned requirements already there: no index needed): a venv an interrupted install left is
+        # completed.
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(BENCH_REQUIREMENTS)], check=True,
+                       stdout=subprocess.DEVNULL)
 
 
 def timed(name: str, step, failures: list[str]) -> None:
@@ -103,18 +120,25 @@ def timed(name: str, step, failures: list[str]) -> None:
     say(f"{name}: ready after {time.monotonic() - start:.0f} s")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="warm.py", description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--releases", default=",".join(RELEASES),
+                        help=f"fill only what machines of these releases need (comma-separated; {', '.join(RELEASES)})")
+    args = parser.parse_args(argv)
+    releases = [release for release in args.releases.split(",") if release]
+    if unknown := sorted(set(releases) - set(RELEASES)):
+        parser.error(f"--releases: {', '.join(unknown)} is not a release the lab boots ({', '.join(RELEASES)})")
     if os.geteuid() != 0:
         say("needs root (the lab's rootfs): nothing done")
         return 1
     failures: list[str] = []
-    sets = wheel_sets()
+    sets = wheel_sets({PLATFORMS[release] for release in releases})
     # The engine's set (4 GB) last: the simulator's and router's are needed sooner.
     sets.sort(key=lambda item: item["lock"]["name"].startswith("vllm-omni-"))  # lock files are <platform>/<name>.txt
 
     def rootfs() -> None:
         lab.ensure_host_tools()
-        for release in RELEASES:
+        for release in releases:
             timed(f"rootfs {release}", lambda release=release: lab.ensure_rootfs(release), failures)
 
     builder = threading.Thread(target=rootfs)
@@ -123,9 +147,9 @@ def main() -> int:
         timed(f"wheel set {item['id']}", lambda item=item: fill(item), failures)
     timed("bench plotting venv", bench_venv, failures)
     builder.join()
-    say(f"{len(RELEASES)} rootfs, {len(sets)} wheel sets and the bench venv; failed: {', '.join(failures) or 'none'}")
+    say(f"{len(releases)} rootfs, {len(sets)} wheel sets and the bench venv; failed: {', '.join(failures) or 'none'}")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

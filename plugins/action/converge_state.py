@@ -1,7 +1,8 @@
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 """Action for vllm_omni.serve.converge_state (documentation in plugins/modules): mix the host's operator
-variables into the controller's digest, then take the module's one look on the host."""
+variables into the controller's digest, then judge the look host_facts took on the host earlier in the run, or
+take the module's one look there."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options im
     checked_options,
     refusal,
 )
+from ansible_collections.vllm_omni.serve.plugins.module_utils._converge import judge
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._converge import (
     host_digest,
     operator_variables,
@@ -53,6 +55,11 @@ class ActionModule(ActionBase):
                 variables = variables_digest(self._expanded(operator_variables(task_vars)))
                 facts[VARIABLES_FACT] = variables
             args["digest"] = host_digest(args["digest"], variables)
+        taken = args.pop("taken", None)
+        if args["state"] == "check" and taken and taken.get("path") == args["path"]:
+            # The look was taken in the host's discovery call (host_facts): judged here, the host is reached once.
+            return {**result, "changed": False, **judge(taken, args["digest"], args["look"]),
+                    "ansible_facts": facts}
         seen = self._execute_module(module_name="vllm_omni.serve.converge_state", module_args=args,
                                     task_vars=task_vars)
         if facts and not seen.get("failed"):

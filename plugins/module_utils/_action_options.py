@@ -50,6 +50,7 @@ CONVERGE_STATE = {
     "path": {"type": "str", "required": True},
     "look": {"type": "dict", "default": {}},
     "digest": {"type": "str", "default": ""},
+    "taken": {"type": "dict"},
 }
 SECRETS_CHECK = {
     "hosts": {"type": "list", "elements": "str", "required": True},

@@ -214,16 +214,64 @@ def remove_record(path: str) -> bool:
         return False
 
 
+NO_RECORD = "no record of a whole deploy that succeeded here"
+DIGEST_CHANGED = "the plan, the collection, the variables or the TLS material changed since the last whole deploy"
+LOOK_CHANGED = "what the plan puts on this host changed"
+
+
+def _differences(look: dict, recorded_snapshot: dict, run, health_timeout: float) -> list[str]:
+    reasons = drift(recorded_snapshot, snapshot(look, run))
+    return reasons + [f"health {problem}" for problem in unhealthy(look.get("health", []), health_timeout)]
+
+
+def _shown(reasons: list[str]) -> dict:
+    shown = reasons[:DRIFT_SHOWN] + ([f"... and {len(reasons) - DRIFT_SHOWN} more"] if len(reasons) > DRIFT_SHOWN else [])
+    return {"in_sync": not reasons, "reasons": shown}
+
+
 def verdict(record: dict | None, digest: str, look: dict, run=subprocess.run, health_timeout: float = 5.0) -> dict:
     """``in_sync`` and, when not, ``reasons`` (the first few lines of what differs)."""
     if record is None:
-        return {"in_sync": False, "reasons": ["no record of a whole deploy that succeeded here"]}
+        return {"in_sync": False, "reasons": [NO_RECORD]}
     if record.get("digest") != digest:
-        return {"in_sync": False, "reasons": ["the plan, the collection, the variables or the TLS material "
-                                              "changed since the last whole deploy"]}
+        return {"in_sync": False, "reasons": [DIGEST_CHANGED]}
     if record.get("look") != look:
-        return {"in_sync": False, "reasons": ["what the plan puts on this host changed"]}
-    reasons = drift(record.get("snapshot") or {}, snapshot(look, run))
-    reasons += [f"health {problem}" for problem in unhealthy(look.get("health", []), health_timeout)]
-    shown = reasons[:DRIFT_SHOWN] + ([f"... and {len(reasons) - DRIFT_SHOWN} more"] if len(reasons) > DRIFT_SHOWN else [])
-    return {"in_sync": not reasons, "reasons": shown}
+        return {"in_sync": False, "reasons": [LOOK_CHANGED]}
+    return _shown(_differences(look, record.get("snapshot") or {}, run, health_timeout))
+
+
+def fingerprint(value) -> str:
+    """The SHA-256 of a JSON value written canonically: the record's digest and look, compared on the controller
+    without either leaving the host."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def take_record(path: str, run=subprocess.run, health_timeout: float = 5.0) -> dict | None:
+    """The check's look taken early, in the host's discovery call (host_facts), so that the no-op check needs no
+    second call: the record's look taken again and compared with its snapshot, and fingerprints of the digest and
+    look it was made with, for ``judge`` on the controller once the plan is known. None when the record exists but
+    cannot be read (not root): the check then takes its own look."""
+    try:
+        with open(path, encoding="utf-8"):
+            pass
+    except FileNotFoundError:
+        return {"path": path, "record": False}
+    except OSError:
+        return None
+    record = read_record(path)
+    if record is None:
+        return {"path": path, "record": False}
+    look = record.get("look") or {}
+    return {"path": path, "record": True, "digest": fingerprint(record.get("digest")), "look": fingerprint(look),
+            "reasons": _differences(look, record.get("snapshot") or {}, run, health_timeout)}
+
+
+def judge(taken: dict, digest: str, look: dict) -> dict:
+    """``verdict``'s answer from what ``take_record`` found on the host: the same reasons, in the same order."""
+    if not taken.get("record"):
+        return {"in_sync": False, "reasons": [NO_RECORD]}
+    if taken.get("digest") != fingerprint(digest):
+        return {"in_sync": False, "reasons": [DIGEST_CHANGED]}
+    if taken.get("look") != fingerprint(look):
+        return {"in_sync": False, "reasons": [LOOK_CHANGED]}
+    return _shown(list(taken.get("reasons") or []))

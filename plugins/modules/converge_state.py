@@ -44,13 +44,20 @@ options:
     description: The controller's digest of the plan, code and TLS material (C(vllm_omni.serve.converge_digest)).
     type: str
     default: ""
+  taken:
+    description:
+      - With I(state=check), the look M(vllm_omni.serve.host_facts) took on this host earlier in the same run (its
+        C(converge_taken)). The action then judges it on the controller (the same reasons in the same order) and
+        the host is not reached a second time. Without it, the module takes its own look.
+    type: dict
 attributes:
   check_mode:
     support: full
     description: C(check) runs as is; C(present) and C(absent) change nothing in check mode.
   action:
     support: full
-    description: The action adds the host's operator variables to I(digest).
+    description: The action adds the host's operator variables to I(digest), and judges I(taken) without reaching the
+      host.
 extends_documentation_fragment:
   - vllm_omni.serve.attributes
 author:
@@ -64,6 +71,7 @@ EXAMPLES = r"""
     path: "{{ vllm_omni_plan.paths.converge_record }}"
     look: "{{ vllm_omni_plan | vllm_omni.serve.converge_look(inventory_hostname) }}"
     digest: "{{ hostvars['localhost'].converge_fleet_digest }}"
+    taken: "{{ facts_host.converge_taken | default(omit) }}"  # host_facts' look, this run: no second call
   register: converge
 """
 
@@ -96,6 +104,7 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._converge import (
 def main():
     module = AnsibleModule(argument_spec=CONVERGE_STATE, supports_check_mode=True)
     state, path, look, digest = (module.params[name] for name in ("state", "path", "look", "digest"))
+    # (taken is judged by the action on the controller and never reaches here.)
     if state == "check":
         module.exit_json(changed=False, **verdict(read_record(path), digest, look))
     if state == "absent":

@@ -17,12 +17,21 @@ description:
   - With O(gpus), also C(vllm_omni_gpu_facts), as M(vllm_omni.serve.nvidia_gpu_facts) returns them, when C(nvidia-smi)
     is installed. Without it the host has no GPU facts and the planner reads the inventory's C(vllm_omni_gpus).
   - Fails with one clear message when C(nvidia-smi) is installed but cannot reach the GPUs.
+  - With O(converge_record), also takes the no-op check's look in the same call (C(converge_taken)), so that a
+    deploy that finds nothing to do reaches each host once: M(vllm_omni.serve.converge_state) then judges it on
+    the controller.
   - Read-only; runs the same in check mode.
 options:
   gpus:
     description: Also discover the NVIDIA GPUs (engine hosts).
     type: bool
     default: true
+  converge_record:
+    description:
+      - The record the last whole deploy left on the host (the plan's C(paths.converge_record)). Its look is taken
+        again and compared with its snapshot here; what the record was made from is returned only as
+        fingerprints (SHA-256), and only root can read it (the play needs C(become)).
+    type: str
 extends_documentation_fragment:
   - vllm_omni.serve.nvidia_smi
   - vllm_omni.serve.attributes.read_only
@@ -35,12 +44,29 @@ EXAMPLES = r"""
   vllm_omni.serve.host_facts:
     gpus: "{{ inventory_hostname in groups['vllm_omni'] }}"
 
+- name: The OS, the GPUs and the no-op check's look, in one call
+  vllm_omni.serve.host_facts:
+    converge_record: /var/lib/vllm-omni/converge.json
+  become: true
+  register: facts_host
+
 - name: The platform the planner will match
   ansible.builtin.debug:
     msg: "{{ vllm_omni_os_facts.distribution }} {{ vllm_omni_os_facts.major }} on {{ vllm_omni_os_facts.machine }}"
 """
 
 RETURN = r"""
+converge_taken:
+  description:
+    - With O(converge_record), what the record says and the host holds now, for
+      M(vllm_omni.serve.converge_state)'s O(vllm_omni.serve.converge_state#module:taken).
+    - C(path) (the record's), C(record) (whether there is one); with one, C(digest) and C(look) (fingerprints of
+      what it was made from) and C(reasons) (what differs from its snapshot, and each health URL that does not
+      answer).
+  returned: when O(converge_record) is set and the record, if any, can be read
+  type: dict
+  sample: {"path": "/var/lib/vllm-omni/converge.json", "record": true, "digest": "9f2c...", "look": "41ab...",
+           "reasons": []}
 ansible_facts:
   description: The host's OS and, when asked for and C(nvidia-smi) is installed, its GPUs.
   returned: success
@@ -71,6 +97,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
+from ansible_collections.vllm_omni.serve.plugins.module_utils._converge import take_record
 from ansible_collections.vllm_omni.serve.plugins.module_utils._nvidia_smi import ARGUMENT_SPEC, GpuFacts, find_nvidia_smi
 
 
@@ -90,13 +117,15 @@ def os_facts(module: AnsibleModule) -> dict:
 
 
 def main():
-    module = AnsibleModule(argument_spec={"gpus": {"type": "bool", "default": True}, **ARGUMENT_SPEC},
+    module = AnsibleModule(argument_spec={"gpus": {"type": "bool", "default": True},
+                                          "converge_record": {"type": "str"}, **ARGUMENT_SPEC},
                            supports_check_mode=True)
     facts = os_facts(module)
     binary = find_nvidia_smi(module) if module.params["gpus"] else None
     if binary:
         facts["vllm_omni_gpu_facts"] = GpuFacts(module, binary).facts()
-    module.exit_json(changed=False, ansible_facts=facts)
+    taken = take_record(module.params["converge_record"]) if module.params["converge_record"] else None
+    module.exit_json(changed=False, ansible_facts=facts, **({"converge_taken": taken} if taken is not None else {}))
 
 
 if __name__ == "__main__":

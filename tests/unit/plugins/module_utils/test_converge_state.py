@@ -154,3 +154,43 @@ def test_many_differences_are_cut_to_a_few_lines_and_a_count(tmp_path):
         file.write_text("b")
     reasons = verdict(read_record(path), "d", look)["reasons"]
     assert len(reasons) == 9 and reasons[-1] == "... and 4 more"
+
+
+def test_the_look_taken_in_the_discovery_call_judges_as_the_check_does(tmp_path, monkeypatch):
+    """host_facts takes the look (take_record) and converge_state's action judges it on the controller (judge):
+    for every case the check knows, the same verdict as the module's own look, and neither the digest nor the look
+    leaves the host, only their fingerprints."""
+    look = host(tmp_path)
+    path = str(tmp_path / "converge.json")
+    taken = _converge.take_record(path)
+    assert taken == {"path": path, "record": False}
+    assert _converge.judge(taken, "d1", look) == verdict(read_record(path), "d1", look)
+    write_record(path, "secret-derived-digest", look, snapshot(look))
+    cases = [("secret-derived-digest", look), ("d2", look), ("secret-derived-digest", {**look, "units": ["x.service"]})]
+    for digest, planned in cases:
+        taken = _converge.take_record(path)
+        assert _converge.judge(taken, digest, planned) == verdict(read_record(path), digest, planned), (digest, planned)
+        assert "secret-derived-digest" not in json.dumps(taken)
+    assert _converge.judge(_converge.take_record(path), "secret-derived-digest", look) == {"in_sync": True, "reasons": []}
+    # Drift and a service that does not answer: named the same, cut the same.
+    (tmp_path / "etc" / "omni0" / "engine.env").write_text("changed\n")
+    write_record(path, "d1", {**look, "health": ["http://127.0.0.1:9/health"]}, read_record(path)["snapshot"])
+    monkeypatch.setattr(_converge, "answer", lambda url, timeout: (None, "connection refused"))
+    planned = {**look, "health": ["http://127.0.0.1:9/health"]}
+    judged = _converge.judge(_converge.take_record(path), "d1", planned)
+    assert judged == verdict(read_record(path), "d1", planned) and not judged["in_sync"]
+    assert judged["reasons"][0].startswith(f"files {look['files'][0]}: ") and judged["reasons"][-1].startswith("health ")
+
+
+def test_a_record_the_discovery_cannot_read_leaves_the_look_to_the_check(tmp_path, monkeypatch):
+    path = tmp_path / "converge.json"
+    write_record(str(path), "d1", {}, snapshot({}))
+    real_open = open
+
+    def refusing_open(name, *args, **kwargs):
+        if str(name) == str(path):
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refusing_open)
+    assert _converge.take_record(str(path)) is None  # not "no record": the check takes its own look

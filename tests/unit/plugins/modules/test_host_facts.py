@@ -63,3 +63,23 @@ def test_gpus_false_never_runs_nvidia_smi(run_module):
 def test_nvidia_smi_without_a_driver_fails_with_the_fix(run_module, tmp_path):
     outcome = run_module(tmp_path / "no-driver")
     assert outcome.kind == "fail" and "load the NVIDIA kernel driver" in outcome.result["msg"]
+
+
+def test_with_the_converge_record_the_same_call_takes_the_no_op_check_s_look(run_module, tmp_path):
+    from ansible_collections.vllm_omni.serve.plugins.module_utils._converge import fingerprint, snapshot, write_record
+
+    record = tmp_path / "converge.json"
+    assert "converge_taken" not in run_module(gpus=False).result  # not asked: not looked at
+    assert run_module(gpus=False, converge_record=str(record)).result["converge_taken"] == {
+        "path": str(record), "record": False}
+    config = tmp_path / "engine.env"
+    config.write_text("VLLM_PORT=20000\n")
+    look = {"files": [str(config)]}
+    write_record(str(record), "d1", look, snapshot(look))
+    outcome = run_module(gpus=False, converge_record=str(record))
+    assert outcome.kind == "exit" and outcome.calls == [] and outcome.result["changed"] is False
+    assert outcome.result["converge_taken"] == {"path": str(record), "record": True, "digest": fingerprint("d1"),
+                                                "look": fingerprint(look), "reasons": []}
+    config.write_text("VLLM_PORT=20001\n")
+    reasons = run_module(gpus=False, converge_record=str(record)).result["converge_taken"]["reasons"]
+    assert len(reasons) == 1 and reasons[0].startswith(f"files {config}: ")

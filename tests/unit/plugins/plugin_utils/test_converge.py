@@ -149,9 +149,10 @@ def test_every_variable_the_plays_before_the_check_set_is_left_out_of_the_operat
             imports = [str(play.get("ansible.builtin.import_playbook")) for play in plays]
             plays = plays[:imports.index("converge.yml")]
         _set_names(plays, found)
-    for line in (REPO / "playbooks" / "vars" / "plan.yml").read_text().splitlines():
-        if line and not line.startswith(("#", "-", " ")):
-            found.add(line.split(":", 1)[0])
+    for variables in ("plan.yml", "converge.yml"):
+        for line in (REPO / "playbooks" / "vars" / variables).read_text().splitlines():
+            if line and not line.startswith(("#", "-", " ")):
+                found.add(line.split(":", 1)[0])
     prefixed = {name for name in found if name.startswith(VARIABLE_PREFIXES)}
     assert prefixed, "the scan found nothing: it reads the wrong files"
     assert prefixed <= COMPUTED_VARIABLES | RUN_SWITCHES, sorted(prefixed - COMPUTED_VARIABLES)

@@ -83,7 +83,8 @@ class Board:
 
     def take(self, lane: str) -> Module | None:
         """The first pending module this lane may run now; None when none is left for it. Waits while the
-        only ones left for it wait for the checks chain."""
+        only ones left for it wait for the checks chain (saying so once)."""
+        said = False
         while True:
             with self.lock:
                 mine = [module for module in self.pending if lane == "a" or not module.network]
@@ -94,6 +95,10 @@ class Board:
                     return ready[0]
                 if not mine:
                     return None
+                if not said:
+                    print(f"== {self.clock()} lab lane {lane}: waiting for the checks chain to end ({self.after}) "
+                          f"before {', '.join(module.name for module in mine)}", flush=True)
+                    said = True
             time.sleep(5)
 
     def say(self, text: str) -> None:

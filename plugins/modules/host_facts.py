@@ -18,7 +18,7 @@ description:
     is installed. Without it the host has no GPU facts and the planner reads the inventory's C(vllm_omni_gpus).
   - Fails with one clear message when C(nvidia-smi) is installed but cannot reach the GPUs.
   - With O(converge_record), also takes the no-op check's look in the same call (C(converge_taken)), so that a
-    deploy that finds nothing to do reaches each host once: M(vllm_omni.serve.converge_state) then judges it on
+    deploy that finds nothing to do reaches each host once; M(vllm_omni.serve.converge_state) then judges it on
     the controller.
   - Read-only; runs the same in check mode.
 options:

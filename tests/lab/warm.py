@@ -47,9 +47,9 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner impo
 WHEELHOUSE = REPO / "roles" / "artifacts" / "files" / "wheelhouse.py"
 LOCKS = REPO / "data" / "locks"
 BENCH_REQUIREMENTS = REPO / "roles" / "bench" / "files" / "requirements.txt"
-# Releases the lab boots: molecule and most modules (12, first: molecule's machines need it within a minute or two),
-# test_lab and test_multihost (13), test_sandbox_devices (11 and 13).
-RELEASES = ("bookworm", "trixie", "bullseye")
+# Releases the lab boots, in lab.py's order: molecule and most modules (12, first: molecule's machines need it within
+# a minute or two), test_lab and test_multihost (13), test_sandbox_devices (11 and 13).
+RELEASES = tuple(lab.RELEASES)
 # The host platform (data/platforms.yml) of a lab machine of each release.
 PLATFORMS = {"bookworm": "debian12", "trixie": "debian13", "bullseye": "debian11"}
 # The lab modules' deployments, by host platform and backend (tests/lab/test_*.py).

@@ -112,6 +112,10 @@ def test_real_engine_head_and_headless_stage_register_across_lab_hosts_through_t
     from conftest import ensure_engine  # the controller's engine venv (make conformance builds it first)
 
     lab("up", "--hosts", "3", "--releases", f"{TRIXIE},lab-2=trixie")  # both pipeline hosts: one wheel set
+    # Never discovered in this lab's cache: a module that ran before in the same lane may have deployed a lab-3 of
+    # another release (test_multihost's is Debian 13), and a host outside the limit is planned from its last
+    # discovery, which would then contradict the platform this inventory says.
+    (CACHE / "discovery" / "lab-3.json").unlink(missing_ok=True)
     inventory = scenario(tmp_path, {"vllm_omni": {"hosts": {"lab-1": {"vllm_omni_gpus": [0, 1, 2]},
                                                             "lab-2": {"vllm_omni_gpus": [0]},
                                                             # Outside the limit, never discovered: its platform said.

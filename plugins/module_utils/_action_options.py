@@ -27,7 +27,9 @@ ARTIFACT_PULL = {
 }
 VENV_BUILD = {
     "path": {"type": "str", "required": True},
-    "settings": {"type": "dict", "required": True},
+    "settings": {"type": "dict"},  # required to start a build (the action says so); not to wait for one
+    "wait": {"type": "bool", "default": True},
+    "job": {"type": "dict"},
     "timeout": {"type": "int", "default": 3600},
     "progress_interval": {"type": "int", "default": 15},
 }

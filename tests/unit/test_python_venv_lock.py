@@ -8,12 +8,14 @@ installed, and the venv that was serving must stay as it was.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -45,13 +47,17 @@ def make_wheel(directory: Path, body: str) -> Path:
 
 
 def build(venv: Path, wheels: Path, lock: Path, marker: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/bash", str(SCRIPT)], env=build_env(venv, wheels, lock, marker), capture_output=True,
+                          text=True, check=False)
+
+
+def build_env(venv: Path, wheels: Path, lock: Path, marker: dict) -> dict[str, str]:
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH: run the unit tests through make (the tool venv has uv)"
-    env = {**os.environ, "PYTHON_VENV_PATH": str(venv), "PYTHON_VENV_PYTHON": sys.executable,
+    return {**os.environ, "PYTHON_VENV_PATH": str(venv), "PYTHON_VENV_PYTHON": sys.executable,
            "PYTHON_VENV_INSTALLER": "uv", "PYTHON_VENV_UV": uv, "PYTHON_VENV_FIND_LINKS": str(wheels),
            "PYTHON_VENV_LOCK": str(lock), "PYTHON_VENV_PACKAGES": f"{NAME}=={VERSION}",
            "PYTHON_VENV_MARKER": json.dumps(marker), "UV_OFFLINE": "1"}
-    return subprocess.run(["/bin/bash", str(SCRIPT)], env=env, capture_output=True, text=True, check=False)
 
 
 @pytest.fixture
@@ -92,3 +98,31 @@ def test_a_tampered_wheel_is_refused_and_the_serving_venv_is_untouched(tmp_path,
     answer = subprocess.run([str(venv / "bin/python"), "-c", f"import {NAME}; print({NAME}.ANSWER)"],
                             capture_output=True, text=True, check=True)
     assert answer.stdout.strip() == "locked"
+
+
+def test_a_build_waits_for_one_still_running_in_the_same_directory(tmp_path, locked_wheel):
+    """The action starts a build in one task and waits in the next; a deploy interrupted between them leaves the
+    build running, and the next deploy's build must not start over beneath it (each removes the other's venv.new)."""
+    wheels, _wheel, lock = locked_wheel
+    venvs = tmp_path / "venvs"
+    venvs.mkdir()
+    progress = tmp_path / "progress"
+    earlier = os.open(venvs, os.O_RDONLY)  # what the running build holds: the venvs' directory, locked
+    fcntl.flock(earlier, fcntl.LOCK_EX)
+    try:
+        later = subprocess.Popen(["/bin/bash", str(SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env={**build_env(venvs / "engine", wheels, lock, {"lock": "later"}),
+                                      "PROGRESS_FILE": str(progress)})
+        for _attempt in range(100):
+            if progress.is_file() and "waiting for an earlier build" in progress.read_text():
+                break
+            time.sleep(0.05)
+        assert "waiting for an earlier build in " + str(venvs) in progress.read_text()
+        time.sleep(0.5)
+        assert later.poll() is None and not (venvs / "engine.new").exists()  # it waits and touches nothing
+    finally:
+        fcntl.flock(earlier, fcntl.LOCK_UN)
+        os.close(earlier)
+    output, _unused = later.communicate(timeout=120)
+    assert later.returncode == 0, output
+    assert json.loads((venvs / "engine" / ".vllm-omni-serve.json").read_text()) == {"lock": "later"}

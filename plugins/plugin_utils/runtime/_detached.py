@@ -5,6 +5,9 @@
 """A long script on a host, run detached from the connection so the action can print its progress
 (artifact_pull, venv_build): copy it into the task's remote temp directory, start it in its own
 process group with its output, progress file and exit code beside it, poll, stop it on timeout.
+Starting and waiting can be two tasks (venv_build's wait: false, then job): each host's build then
+starts in the first task's batches of forks and runs while the others start, instead of holding a fork
+for its whole length.
 Also what those actions and health_wait share: their whole-number options (an action's options do
 not go through a module's argument spec) and a progress printer that does not repeat itself."""
 
@@ -46,10 +49,11 @@ class DetachedScript:
         progress, _sep, extra_out = rest.partition("#--#")
         return (code.strip() or None), progress, extra_out.strip()
 
-    def wait(self, timeout: int, on_progress, extra: str = "") -> str | None:
+    def wait(self, timeout: int, on_progress, extra: str = "", elapsed_before: float = 0.0) -> str | None:
         """Poll until the script ends (its exit code) or ``timeout`` seconds pass (None; the script is
-        killed). ``on_progress(progress_text, extra_output, elapsed)`` is called after each poll."""
-        started = time.monotonic()
+        killed), ``elapsed_before`` of them already spent (it was started by an earlier task).
+        ``on_progress(progress_text, extra_output, elapsed)`` is called after each poll."""
+        started = time.monotonic() - elapsed_before
         while True:
             code, progress, extra_out = self.poll(extra)
             if code is not None:
@@ -74,14 +78,42 @@ def run_detached(action, script: str, interpreter: str, args: list[str], environ
     """Run ``script`` to its end in a temp directory made for it and removed after: (exit code, or None
     when ``timeout`` ran out and it was killed; stdout; the end of stderr). RuntimeError when it cannot
     start."""
-    remote_tmp = action._make_tmp_path()
+    return finish_detached(action, start_detached(action, script, interpreter, args, environment), timeout,
+                           on_progress, extra=extra)
+
+
+def start_detached(action, script: str, interpreter: str, args: list[str],
+                   environment: dict[str, str] | None) -> dict:
+    """Start ``script`` and return at once: the job that finish_detached, in this task or a later one, waits for.
+
+    Its directory is the task's temp directory (made here if the action has none yet). It outlives the task:
+    the action's end-of-task cleanup no longer knows it, and finish_detached removes it. RuntimeError, and
+    nothing left on the host, when the script cannot start."""
+    remote_tmp = action._connection._shell.tmpdir or action._make_tmp_path()
     run = DetachedScript(action, remote_tmp, script)
     try:
         run.start(interpreter, args, environment)
-        code = run.wait(timeout, on_progress, extra=extra)
+    except RuntimeError:
+        action._remove_tmp_path(remote_tmp)
+        raise
+    action._connection._shell.tmpdir = None
+    return {"dir": remote_tmp, "script": script, "group": run.group, "started": time.time()}
+
+
+def finish_detached(action, job: dict, timeout: int, on_progress, extra: str = "") -> tuple[str | None, str, str]:
+    """Wait for the ``job`` start_detached returned, ``timeout`` seconds counted from its start: (exit code, or
+    None when the time ran out and it was killed; stdout; the end of stderr). Its directory is removed."""
+    run = DetachedScript(action, job["dir"], job["script"])
+    run.group = job["group"]
+    try:
+        code = run.wait(timeout, on_progress, extra=extra, elapsed_before=max(0.0, time.time() - job["started"]))
         stdout, stderr = run.output()
     finally:
-        action._remove_tmp_path(remote_tmp)
+        # A later task has a temp directory of its own (Ansible makes one for an action that transfers files), which
+        # its end-of-task cleanup removes, provided removing the job's does not make the action forget it.
+        own = action._connection._shell.tmpdir
+        action._remove_tmp_path(job["dir"])
+        action._connection._shell.tmpdir = own if own != job["dir"] else None
     return code, stdout, stderr
 
 

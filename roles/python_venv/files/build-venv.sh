@@ -5,6 +5,16 @@
 # bytes written so far against "expect BYTES" (the wheels' unpacked size).
 set -euo pipefail
 note() { if [ -n "${PROGRESS_FILE:-}" ]; then printf '%s\n' "$*" >> "$PROGRESS_FILE"; fi; }
+# One build at a time in the venvs' directory: a build an interrupted deploy left running (the action starts
+# it in one task and waits in the next; the controller may go away between them) ends before this one starts
+# over. The lock is the directory itself (made here on a first build, as the venv's own would make it):
+# nothing is left behind for the footprint to find.
+mkdir -p "${PYTHON_VENV_PATH%/*}"
+exec 9<"${PYTHON_VENV_PATH%/*}"
+if ! flock --nonblock 9; then
+  note "waiting for an earlier build in ${PYTHON_VENV_PATH%/*} to end"
+  flock 9
+fi
 new="$PYTHON_VENV_PATH.new"
 rm -rf "$new"
 # Unpack on the venv's filesystem: /tmp is often a small tmpfs, and an engine venv unpacks to ~8 GB.

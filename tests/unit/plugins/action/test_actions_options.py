@@ -49,8 +49,16 @@ def detached(monkeypatch):
     def run(action, script, interpreter, args, environment, timeout, on_progress, extra=""):
         started.append({"script": script, "args": args, "environment": environment, "timeout": timeout})
         return "0", json.dumps({"bytes_received": 5, "repaired": []}) + "\n", ""
+    def start(action, script, interpreter, args, environment):
+        started.append({"script": script, "args": args, "environment": environment})
+        return {"dir": "/root/.ansible/tmp/ansible-tmp-1", "script": script, "group": "4242", "started": 1.0}
+
+    def finish(action, job, timeout, on_progress, extra=""):
+        started.append({"waited_for": job, "timeout": timeout})
+        return "0", "", ""
     monkeypatch.setattr(artifact_pull, "run_detached", run)
-    monkeypatch.setattr(venv_build, "run_detached", run)
+    monkeypatch.setattr(venv_build, "start_detached", start)
+    monkeypatch.setattr(venv_build, "finish_detached", finish)
     return started
 
 
@@ -85,8 +93,34 @@ def test_venv_build_refuses_bad_options_and_hands_settings_as_text(make, detache
     built = make(venv_build, {"path": "/opt/v", "settings": {"PYTHON_VENV_PINS": ["a==1"], "PYTHON_VENV_INSTALLER": "uv"}}
                  ).run(task_vars={"inventory_hostname": "lab-1"})
     assert built == {"changed": True, "path": "/opt/v"}
-    assert detached[0]["timeout"] == 3600 and detached[0]["environment"] == {
+    assert detached[0]["environment"] == {
         "PYTHON_VENV_PINS": '["a==1"]', "PYTHON_VENV_INSTALLER": "uv", "PYTHON_VENV_PATH": "/opt/v"}
+    assert detached[1]["timeout"] == 3600 and detached[1]["waited_for"]["group"] == "4242"  # started, then waited for
+
+
+def test_venv_build_starts_in_one_task_and_waits_in_the_next(make, detached):
+    settings = {"PYTHON_VENV_INSTALLER": "uv"}
+    started = make(venv_build, {"path": "/opt/v", "settings": settings, "wait": False}).run(
+        task_vars={"inventory_hostname": "lab-1"})
+    assert started["changed"] is True and started["job"]["group"] == "4242"
+    assert [entry["script"] for entry in detached] == ["build-venv.sh"]  # started, not waited for: the fork is free
+    assert started["job"]["building"] == "/opt/v.new"  # what the wait measures while packages install
+    waited = make(venv_build, {"path": "/opt/v", "job": started["job"], "timeout": 60}).run(
+        task_vars={"inventory_hostname": "lab-1"})
+    assert waited == {"changed": True, "path": "/opt/v"}
+    assert detached[1] == {"waited_for": started["job"], "timeout": 60}  # that build, no second one started
+    assert len(detached) == 2
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"path": "/opt/v"}, "settings is required to start a build"),
+    ({"path": "/opt/v", "job": {"dir": "/tmp/x"}}, "job is not what a task with wait: false returned"),
+    ({"path": "/opt/v", "settings": {"A": "1"}, "wait": "later"}, "argument 'wait' is of type str"),
+])
+def test_venv_build_refuses_a_start_without_settings_or_a_wait_without_a_job(make, detached, args, needle):
+    result = make(venv_build, args).run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and result["msg"].startswith(f"lab-1: vllm_omni.serve.venv_build: {needle}")
+    assert detached == []
 
 
 @pytest.mark.parametrize("args, needle", [

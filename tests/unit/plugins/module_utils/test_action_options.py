@@ -26,7 +26,7 @@ def test_host_paths_are_not_expanded_on_the_controller():
 
 @pytest.mark.parametrize("spec, args, message", [
     ("VENV_BUILD", {"path": "/v", "settings": {}, "timeout": "an hour"}, "argument 'timeout' is of type str"),
-    ("VENV_BUILD", {"path": "/v"}, "missing required arguments: settings"),
+    ("VENV_BUILD", {"settings": {}}, "missing required arguments: path"),  # settings: the action, to start one
     ("DEPLOYMENT_PLAN", {"discovery_pending": "perhaps"}, "argument 'discovery_pending' is of type str"),
     ("DEPLOYMENT_PLAN", {"limit": ["lab-1"]}, "unsupported option: limit. Supported parameters include"),
     ("SECRETS_CHECK", {"hosts": ["a"], "required": "maybe"}, "argument 'required' is of type str"),

@@ -12,7 +12,21 @@ import time
 
 import pytest
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import ProgressPrinter, run_detached
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._detached import (
+    ProgressPrinter,
+    finish_detached,
+    run_detached,
+    start_detached,
+)
+
+
+class Shell:
+    tmpdir = None  # the task's temp directory, which Ansible removes when the task ends (ActionBase.cleanup)
+
+
+class Connection:
+    def __init__(self):
+        self._shell = Shell()
 
 
 class LocalAction:
@@ -20,13 +34,17 @@ class LocalAction:
 
     def __init__(self, scripts: str):
         self.scripts, self.tmps = scripts, []
+        self._connection = Connection()
 
     def _make_tmp_path(self):
         self.tmps.append(tempfile.mkdtemp(prefix="detached-"))
+        self._connection._shell.tmpdir = self.tmps[-1]
         return self.tmps[-1]
 
     def _remove_tmp_path(self, path):
         shutil.rmtree(path)
+        if self._connection._shell.tmpdir == path:
+            self._connection._shell.tmpdir = None
 
     def _find_needle(self, kind, name):
         assert kind == "files"
@@ -83,6 +101,44 @@ def test_a_script_that_cannot_start_raises_and_leaves_nothing(action, monkeypatc
                         lambda command, sudoable=True: {"rc": 1, "stdout": "", "stderr": "sh: setsid: not found"})
     with pytest.raises(RuntimeError, match=r"could not start steps\.sh: sh: setsid: not found"):
         run_detached(action, "steps.sh", "/bin/sh", [], None, 5, lambda *a: None)
+    assert not os.path.exists(action.tmps[0])
+
+
+def test_a_script_started_in_one_task_is_waited_for_in_another(action):
+    job = start_detached(action, "steps.sh", "/bin/sh", [], {"GREETING": "later"})
+    # The task's end no longer removes the directory the script runs in: Ansible's cleanup sees none.
+    assert action._connection._shell.tmpdir is None and os.path.isdir(job["dir"])
+    later = LocalAction(action.scripts)  # the next task: another action, the same host
+    own = later._make_tmp_path()  # what Ansible makes for an action that transfers files, before its run()
+    seen = []
+    code, stdout, _stderr = finish_detached(later, job, 30, lambda progress, extra, elapsed: seen.append(progress))
+    assert (code, stdout.strip()) == ("0", "result")
+    assert any("step one" in progress for progress in seen)  # its progress, read by the waiting task
+    assert not os.path.exists(job["dir"])  # the waiting task removed it
+    assert later._connection._shell.tmpdir == own  # and still knows its own, which its end-of-task cleanup removes
+
+
+def test_a_start_uses_the_task_temp_directory_it_already_has(action):
+    existing = action._make_tmp_path()
+    job = start_detached(action, "steps.sh", "/bin/sh", [], None)
+    assert job["dir"] == existing and action.tmps == [existing]  # no second directory left behind
+    assert finish_detached(action, job, 30, lambda *a: None)[0] == "0"
+
+
+def test_a_wait_counts_its_timeout_from_the_start(action):
+    job = start_detached(action, "forever.sh", "/bin/sh", [], None)
+    job["started"] -= 120  # started two minutes ago, by the clock the job carries
+    began = time.monotonic()
+    code, _stdout, _stderr = finish_detached(action, job, 60, lambda *a: None)
+    assert code is None and time.monotonic() - began < 5  # past its 60 s already: stopped at the first look
+    assert not os.path.exists(job["dir"])
+
+
+def test_a_start_that_fails_leaves_nothing(action, monkeypatch):
+    monkeypatch.setattr(action, "_low_level_execute_command",
+                        lambda command, sudoable=True: {"rc": 1, "stdout": "", "stderr": "no shell"})
+    with pytest.raises(RuntimeError, match=r"could not start steps\.sh: no shell"):
+        start_detached(action, "steps.sh", "/bin/sh", [], None)
     assert not os.path.exists(action.tmps[0])
 
 

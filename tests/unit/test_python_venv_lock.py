@@ -55,9 +55,9 @@ def build_env(venv: Path, wheels: Path, lock: Path, marker: dict) -> dict[str, s
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH: run the unit tests through make (the tool venv has uv)"
     return {**os.environ, "PYTHON_VENV_PATH": str(venv), "PYTHON_VENV_PYTHON": sys.executable,
-           "PYTHON_VENV_INSTALLER": "uv", "PYTHON_VENV_UV": uv, "PYTHON_VENV_FIND_LINKS": str(wheels),
-           "PYTHON_VENV_LOCK": str(lock), "PYTHON_VENV_PACKAGES": f"{NAME}=={VERSION}",
-           "PYTHON_VENV_MARKER": json.dumps(marker), "UV_OFFLINE": "1"}
+            "PYTHON_VENV_INSTALLER": "uv", "PYTHON_VENV_UV": uv, "PYTHON_VENV_FIND_LINKS": str(wheels),
+            "PYTHON_VENV_LOCK": str(lock), "PYTHON_VENV_PACKAGES": f"{NAME}=={VERSION}",
+            "PYTHON_VENV_MARKER": json.dumps(marker), "UV_OFFLINE": "1"}
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ def detached(monkeypatch):
     def run(action, script, interpreter, args, environment, timeout, on_progress, extra=""):
         started.append({"script": script, "args": args, "environment": environment, "timeout": timeout})
         return "0", json.dumps({"bytes_received": 5, "repaired": []}) + "\n", ""
+
     def start(action, script, interpreter, args, environment):
         started.append({"script": script, "args": args, "environment": environment})
         return {"dir": "/root/.ansible/tmp/ansible-tmp-1", "script": script, "group": "4242", "started": 1.0}

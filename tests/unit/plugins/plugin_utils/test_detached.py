@@ -116,6 +116,7 @@ def test_a_script_started_in_one_task_is_waited_for_in_another(action):
     assert any("step one" in progress for progress in seen)  # its progress, read by the waiting task
     assert not os.path.exists(job["dir"])  # the waiting task removed it
     assert later._connection._shell.tmpdir == own  # and still knows its own, which its end-of-task cleanup removes
+    later._remove_tmp_path(own)  # that cleanup, which Ansible runs after the task
 
 
 def test_a_start_uses_the_task_temp_directory_it_already_has(action):

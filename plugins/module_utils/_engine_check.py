@@ -24,7 +24,10 @@ Per request it does what the engine does with the file before any device is touc
    before any connector exists);
 2. imports every dotted path the file and the resolved stages name (schedulers, input
    processors): stage processes import them only when they start on a GPU, so a CPU boot
-   would never notice a path that does not exist.
+   would never notice a path that does not exist;
+3. finds the collection's engine plugin the way vLLM finds its general plugins (under the pipeline's
+   environment), checks its files against their RECORD and names the fixes in force under this engine;
+   a fix the plan expects (``expected_fixes``) that is not in force fails the check.
 
 A model directory with only a generated ``config.json`` (``transformers.Qwen3OmniMoeConfig``)
 is enough: resolution needs the model type, not weights.
@@ -192,6 +195,35 @@ def _kv_connectors(stages: list, pair, answer: dict) -> None:
     answer["kv_connectors"] = found
 
 
+def _engine_plugin(answer: dict, request: dict) -> None:
+    """The collection's engine plugin as this pipeline's engine would load it: vLLM's own discovery of its
+    general plugins (``VLLM_PLUGINS`` of the pipeline's environment applies), the plugin's RECORD, and the fixes
+    in force under the installed engine; a fix the plan expects that is not in force is a problem."""
+    expected = request.get("expected_fixes") or []
+    try:
+        import vllm_omni_serve_fixes
+    except ImportError:
+        answer["engine_plugin"] = None
+        if expected:
+            answer["problems"].append("the collection's engine plugin is not installed in this venv (fixes expected: "
+                                      f"{', '.join(expected)})")
+        return
+    from vllm.plugins import load_plugins_by_group
+
+    found = vllm_omni_serve_fixes.describe()
+    found["loaded_by_vllm"] = "vllm_omni_serve" in load_plugins_by_group("vllm.general_plugins")
+    answer["engine_plugin"] = found
+    if not expected:
+        return
+    answer["problems"].extend(f"engine plugin: {problem}" for problem in found.get("problems", []))
+    if not found["loaded_by_vllm"]:
+        answer["problems"].append("vLLM does not load the collection's engine plugin (vllm.general_plugins) here")
+    missing = [fix for fix in expected if fix not in found.get("fixes_in_force", [])]
+    if missing:
+        answer["problems"].append(f"engine plugin revision {found.get('revision')}: {', '.join(missing)} not in force "
+                                  f"under vLLM-Omni {found.get('vllm_omni')} with vLLM {found.get('vllm')}")
+
+
 def _compare(answer: dict, request: dict) -> None:
     expected = request.get("expected_stages")
     if expected is not None:
@@ -226,7 +258,7 @@ def _compare(answer: dict, request: dict) -> None:
 
 
 def check(request: dict) -> dict:
-    """One request: {config, config_flag, model_dir?, environment?, expected_stages?, expected_pd?}."""
+    """One request: {config, config_flag, model_dir?, environment?, expected_stages?, expected_pd?, expected_fixes?}."""
     answer = {"config": request["config"], "problems": [], "stages": [], "imported": []}
     try:
         import yaml
@@ -254,6 +286,7 @@ def check(request: dict) -> dict:
         _pd_facts(stages, legacy, answer)
     else:
         answer["pd_pair"] = None
+    _engine_plugin(answer, request)
     _compare(answer, request)
     return answer
 

@@ -50,6 +50,13 @@ options:
       C(orchestrator) false (a headless stage of a distributed pipeline) skips the check of the address the
       orchestrator would hand decode from the environment; C(kv_connector) names the class both stages must load.
     type: dict
+  expected_fixes:
+    description: The collection's engine-plugin fixes that must be in force in this venv (the plan's
+      C(backend.engine_plugin.fixes)); each one that is not, or a plugin whose files differ from its RECORD or
+      that vLLM would not load under I(environment), is a problem.
+    type: list
+    elements: str
+    default: []
   timeout:
     description: Seconds the engine may take to import and resolve.
     type: int
@@ -97,6 +104,11 @@ runtime_bootstrap_addr:
   description: The bootstrap address the orchestrator hands the decode stage.
   type: str
   returned: for prefill/decode files
+engine_plugin:
+  description: The collection's engine plugin in the venv (revision, fixes_in_force, loaded_by_vllm, problems), or
+    null where it is not installed.
+  type: dict
+  returned: when the engine ran
 imported:
   description: Dotted paths imported successfully.
   type: list
@@ -128,6 +140,7 @@ def main():
             "environment": {"type": "dict", "default": {}},
             "expected_stages": {"type": "list", "elements": "dict"},
             "expected_pd": {"type": "dict"},
+            "expected_fixes": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "int", "default": 300},
         },
         supports_check_mode=True,
@@ -139,7 +152,8 @@ def main():
     if not os.path.isfile(params["config"]):
         module.fail_json(msg=f"{params['config']} does not exist", problems=[])
     request = {"config": params["config"], "config_flag": params["config_flag"], "model_dir": params["model_dir"],
-               "environment": params["environment"], "expected_stages": params["expected_stages"]}
+               "environment": params["environment"], "expected_stages": params["expected_stages"],
+               "expected_fixes": params["expected_fixes"]}
     if params["expected_pd"] is not None:
         request["expected_pd"] = params["expected_pd"]
     source = inspect.getsource(_engine_check)

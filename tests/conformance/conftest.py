@@ -37,7 +37,7 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data 
 CACHE = Path(os.environ.get("VLLM_OMNI_CACHE", Path.home() / ".cache" / "vllm-omni-serve"))
 OUTPUT = REPO / "tests" / "output" / "conformance"
 CHECKER = Path(_engine_check.__file__)
-KV_CONNECTOR_FILES = REPO / "roles" / "engine" / "files"
+ENGINE_PLUGIN = REPO / "roles" / "engine" / "files" / "engine_plugin"
 MODEL_REPO_ID = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
 RESULTS: dict[str, dict[str, str]] = {}
 
@@ -100,22 +100,23 @@ def version(request):
     return request.param
 
 
-def install_kv_connector(version: str, venv: Path) -> Path | None:
-    """The collection's KV connector module in the venv's site-packages, as the engine role installs it.
+def purelib(venv: Path) -> Path:
+    return Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
 
-    Copied on every session (the cached venv may hold an older revision); None for versions whose
-    PD stages use vLLM's own connector.
+
+def install_engine_plugin(version: str, venv: Path) -> Path | None:
+    """The collection's engine plugin (KV connectors and fixes, an installed distribution) in the venv's
+    site-packages, as the engine role installs it; None for versions that carry none.
+
+    Copied on every session (the cached venv may hold an older revision), earlier revisions removed.
     """
-    connectors = support_table()[version].kv_connectors
-    if not connectors:
+    if not support_table()[version].engine_plugin:
         return None
-    modules = {spec["module"] for spec in connectors.values()}
-    assert len(modules) == 1, f"one module holds every connector class of a version: {modules}"
-    connector = next(iter(connectors.values()))
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    target = Path(purelib) / f"{connector['module']}.py"
-    shutil.copyfile(KV_CONNECTOR_FILES / f"{connector['module']}.py", target)
+    target = purelib(venv)
+    for earlier in target.glob("vllm_omni_serve_engine-*.dist-info"):
+        shutil.rmtree(earlier)
+    shutil.copytree(ENGINE_PLUGIN, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     return target
 
 
@@ -125,7 +126,7 @@ def engines():
     result = {}
     for version in supported_versions():
         venv = ensure_engine(version)
-        install_kv_connector(version, venv)
+        install_engine_plugin(version, venv)
         result[version] = (venv, ensure_model(version, venv))
     return result
 

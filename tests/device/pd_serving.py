@@ -122,13 +122,17 @@ def make_venv(venv: Path) -> dict:
 
 
 def install_connector(plan: dict, purelib: str) -> str | None:
-    """What the engine role does: roles/engine/files/<module>.py into the venv's site-packages."""
-    connector = plan["backend"].get("kv_connector")
-    if not connector:
+    """What the engine role does: the engine plugin's files (roles/engine/files/engine_plugin: the KV connectors
+    and the fixes, an installed distribution) into the venv's site-packages; the connector module's path."""
+    plugin = plan["backend"].get("engine_plugin")
+    if not plugin:
         return None
-    target = Path(purelib) / connector["file"]
-    shutil.copyfile(REPO / "roles" / "engine" / "files" / connector["file"], target)
-    return str(target)
+    for earlier in Path(purelib).glob("vllm_omni_serve_engine-*.dist-info"):
+        shutil.rmtree(earlier)
+    shutil.copytree(REPO / "roles" / "engine" / "files" / plugin["files"], purelib, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    connector = plan["backend"].get("kv_connector")
+    return str(Path(purelib) / f"{connector['module']}.py") if connector else None
 
 
 def lay_out(render: Path, plan: dict, host: str | None = None, name: str | None = None) -> dict:

@@ -24,6 +24,8 @@ except AttributeError:  # PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+# The engine plugin's fix that hands a request's sampling fields to the stage writing the answer.
+ANSWER_STAGE_SAMPLING_FIX = "request_sampling_reaches_answer_stage"
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,19 @@ class EngineVersion:
     # mooncake, nixl): the collection's class for each ({module, class, revision}). Empty where the
     # version runs no PD.
     kv_connectors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Whether a request's sampling fields (max_tokens, temperature, ...) reach the PD decode stage.
+    # Whether the engine itself applies a request's sampling fields (max_tokens, temperature, ...) to the PD
+    # decode stage.
     pd_request_sampling_reaches_decode: bool = True
+    # The collection's engine plugin where this version carries it (roles/engine/files/engine_plugin: the KV
+    # connectors and the fixes in force on this version): {revision, fixes}; None where nothing of ours runs
+    # inside the engine.
+    engine_plugin: dict[str, Any] | None = None
+
+    @property
+    def decode_gets_request_sampling(self) -> bool:
+        """Whether a PD request's sampling fields reach decode: by the engine, or by the plugin's fix."""
+        return self.pd_request_sampling_reaches_decode or (
+            ANSWER_STAGE_SAMPLING_FIX in (self.engine_plugin or {}).get("fixes", ()))
 
     def kv_connector(self, transport: str) -> dict[str, Any] | None:
         """The collection's connector class for ``transport`` on this version, or None where it has none."""
@@ -64,6 +77,14 @@ def _load_yaml(path: Path) -> Any:
         return yaml.load(handle, Loader=_Loader)  # noqa: S506 - CSafeLoader/SafeLoader only
 
 
+def _engine_plugin(version: str, row: dict) -> dict[str, Any] | None:
+    plugin = row.get("engine_plugin")
+    if row.get("kv_connectors") and not plugin:
+        raise ValueError(f"data/support.yml {version}: kv_connectors live in the engine plugin; give the version "
+                         "an engine_plugin")
+    return {"revision": int(plugin["revision"]), "fixes": list(plugin.get("fixes") or [])} if plugin else None
+
+
 @functools.cache
 def support_table() -> dict[str, EngineVersion]:
     table = _load_yaml(DATA_DIR / "support.yml")["versions"]
@@ -80,6 +101,7 @@ def support_table() -> dict[str, EngineVersion]:
             data=_load_yaml(DATA_DIR / "engines" / f"{version}.yaml"),
             kv_connectors={name: dict(spec) for name, spec in (row.get("kv_connectors") or {}).items()},
             pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
+            engine_plugin=_engine_plugin(version, row),
         )
     return rows
 

@@ -34,6 +34,9 @@ OWNED_ENV = frozenset({
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
 UPSTREAM_FLAGS = frozenset({"--host", "--port", "--served-model-name"})
+# The collection's engine plugin: a directory of the engine role's files that is an installed distribution.
+ENGINE_PLUGIN_DISTRIBUTION = "vllm-omni-serve-engine"
+ENGINE_PLUGIN_FILES = "engine_plugin"
 
 
 def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]:
@@ -84,17 +87,21 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": _locks.simulator_packages(),
                 "lock": _locks.simulator_lock(), "venv": _names.venv_dir(root, f"xpyd-sim-{version}"),
-                "stand_in": True, "kv_connector": None}
+                "stand_in": True, "kv_connector": None, "engine_plugin": None}
     transport = settings["vllm_omni_kv_connector"] if settings["vllm_omni_layout"] == "pd" else None
     kv_connector = engine.kv_connector(transport) if transport else None
     if kv_connector:
-        # The engine role copies roles/engine/files/<file> into the venv's site-packages, and checks that the
-        # transport's library loads (mooncake, nixl).
-        kv_connector["file"] = f"{kv_connector['module']}.py"
+        # The engine role checks that the transport's library loads (mooncake, nixl); the class is in the plugin.
         kv_connector["transport"] = transport
+    plugin = None
+    if engine.engine_plugin:
+        # The engine role copies roles/engine/files/<files>/ into the venv's site-packages (an installed
+        # distribution with its RECORD), verifies it there, and the config check requires these fixes in force.
+        plugin = {"distribution": ENGINE_PLUGIN_DISTRIBUTION, "files": ENGINE_PLUGIN_FILES, **engine.engine_plugin}
     return {"name": "engine", "packages": _locks.engine_packages(engine, transport),
             "lock": _locks.engine_lock(engine, transport),
-            "venv": _names.venv_dir(root, f"vllm-omni-{engine.version}"), "stand_in": False, "kv_connector": kv_connector}
+            "venv": _names.venv_dir(root, f"vllm-omni-{engine.version}"), "stand_in": False,
+            "kv_connector": kv_connector, "engine_plugin": plugin}
 
 
 def mooncake_package(cuda_major: int | None) -> str:

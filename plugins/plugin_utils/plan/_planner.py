@@ -334,7 +334,7 @@ def _deployment_warnings(plan: dict, deployment: Deployment) -> list[str]:
     ephemeral = _ports.ephemeral_warning(plan["listen_ports"])
     if ephemeral:
         warnings.append(ephemeral)
-    if deployment.layout == "pd" and not deployment.engine.pd_request_sampling_reaches_decode:
+    if deployment.layout == "pd" and not deployment.engine.decode_gets_request_sampling:
         warnings.append(_decode_sampling_warning(deployment))
     if not deployment.settings["vllm_omni_api_key_required"]:
         warnings.append("vllm_omni_api_key_required is false: every pipeline and the router answer "

@@ -6,7 +6,7 @@
 
 A PD pipeline can answer with text while the split is broken: that is why deploy's smoke test
 and upgrade's verify send each PD pipeline a request with a known ``request_id`` and then read
-the lines the collection's KV connector (``roles/engine/files/vllm_omni_serve_kv.py``) logs:
+the lines the collection's KV connector (``roles/engine/files/engine_plugin/vllm_omni_serve_kv.py``) logs:
 the prefill stage hands the request's KV off, the decode stage receives it. vLLM-Omni names the
 transfer ``xfer-chatcmpl-<request_id>-<8 random characters>`` (its ``_get_unique_request_id``), so
 the request id the client chose appears in both lines.

@@ -47,7 +47,7 @@ def test_request_ids_the_connector_would_not_log_at_info_are_refused(bad):
 
 def test_constants_are_the_connectors_own():
     """The connector runs in the engine venv, so it cannot import these: the values must match its file."""
-    tree = ast.parse((REPO / "roles" / "engine" / "files" / "vllm_omni_serve_kv.py").read_text())
+    tree = ast.parse((REPO / "roles" / "engine" / "files" / "engine_plugin" / "vllm_omni_serve_kv.py").read_text())
     assigned = {node.targets[0].id: node.value for node in tree.body
                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
     assert ast.literal_eval(assigned["PD_EVENT"]) == _pd_evidence.PD_EVENT

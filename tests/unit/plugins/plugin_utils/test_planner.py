@@ -104,7 +104,7 @@ def test_pd_stages_carry_the_flags_roles_and_kv_wiring_the_engine_checks():
     assert p_kv["kv_connector"] == d_kv["kv_connector"] == "ServeMooncakeConnector"
     assert p_kv["kv_connector_module_path"] == d_kv["kv_connector_module_path"] == "vllm_omni_serve_kv"
     assert plan["backend"]["kv_connector"] == {"module": "vllm_omni_serve_kv", "class": "ServeMooncakeConnector",
-                                               "revision": 3, "file": "vllm_omni_serve_kv.py", "transport": "mooncake"}
+                                               "revision": 3, "transport": "mooncake"}
     assert p_kv["kv_ip"] == "10.0.0.11"
     assert p_kv["engine_id"] == "gpu-a-omni1-prefill" and d_kv["engine_id"] == "gpu-a-omni1-decode"
     assert p_kv["kv_connector_extra_config"]["mooncake_bootstrap_port"] == 8999

@@ -1,0 +1,288 @@
+# Copyright: contributors to vllm_omni.serve
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""vllm_omni.serve's engine plugin: the fixes the collection carries for vLLM-Omni, each in force only on the
+exact engine versions it was proven on.
+
+The engine role installs this directory (this module, the KV connectors in ``vllm_omni_serve_kv`` and the
+distribution ``vllm-omni-serve-engine`` whose ``RECORD`` hashes every file) into the site-packages of each
+engine venv whose version carries fixes (``data/support.yml``, ``engine_plugin``), then runs
+``python -m vllm_omni_serve_fixes --verify``. vLLM calls ``register`` (entry-point group
+``vllm.general_plugins``) in every process it starts; ``register`` arms each fix whose versions match the
+installed vLLM and vLLM-Omni exactly and leaves the engine as it is everywhere else. A fix patches the
+engine module it changes when that module is imported (or at once, if it already is), so processes that
+never import it (engine cores, workers) never pay for it.
+
+Fixes (docs/engine-facts.md has the evidence for each):
+
+``request_sampling_reaches_answer_stage``
+    vLLM-Omni 0.26's chat server applies a request's OpenAI sampling fields to the first comprehension stage
+    only, which in a prefill/decode (PD) pipeline is prefill; decode, which writes the answer, ran on its
+    stage defaults (asked ``max_tokens`` 32, got 2,048). ``/v1/completions`` hands the request's parameters
+    to stage 0 only, with the same effect. With the fix the stage that writes the answer (decode in PD, the
+    comprehension stage otherwise) gets the request's ``max_tokens`` (or ``max_completion_tokens``),
+    ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``stop``, ``stop_token_ids``, ``seed``, ``ignore_eos``,
+    ``min_tokens``, presence, frequency and repetition penalties and ``logit_bias``, laid over that stage's
+    defaults and validated as vLLM validates them (an out-of-range value is the client's HTTP 400). A request
+    that sets none of them keeps the stage's defaults. ``n`` above 1 is refused with HTTP 400: the pipeline
+    returns one choice per request. Prefill keeps what the engine gives it (one token, no stop strings).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import importlib.abc
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+REVISION = 1
+DISTRIBUTION = "vllm-omni-serve-engine"
+MODULE = "vllm_omni_serve_fixes"  # this module's import name (``__name__`` is ``__main__`` under ``-m``)
+
+# Under the "vllm" logger, so vLLM's handler and level apply in every process that logs.
+logger = logging.getLogger("vllm.vllm_omni_serve_fixes")
+
+# Each fix: the (vllm_omni, vllm) version pairs it was proven on, and per engine module it patches the
+# function that patches it. Nothing is applied under any other pair.
+FIXES: dict[str, dict[str, Any]] = {
+    "request_sampling_reaches_answer_stage": {
+        "proven_on": (("0.26.0", "0.26.0"),),
+        "patches": {
+            "vllm_omni.entrypoints.openai.serving_chat": "_patch_serving_chat",
+            "vllm_omni.entrypoints.async_omni": "_patch_async_omni",
+        },
+    },
+}
+
+# The OpenAI request fields that reach the stage writing the answer, in vLLM's SamplingParams names.
+ANSWER_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "seed",
+                 "ignore_eos", "min_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                 "logit_bias")
+PATCHED = "_vllm_omni_serve_fix"
+
+
+def installed_versions() -> tuple[str | None, str | None]:
+    """(vllm_omni, vllm) as installed in this Python, without importing either."""
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    return version("vllm-omni"), version("vllm")
+
+
+def fixes_in_force(versions: tuple[str | None, str | None] | None = None) -> dict[str, bool]:
+    """{fix: whether it applies under ``versions`` (default: the installed ones)}."""
+    versions = versions or installed_versions()
+    return {name: versions in fix["proven_on"] for name, fix in FIXES.items()}
+
+
+# --- applying a patch when its module is imported ------------------------------------------------------
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then the patch."""
+
+    def __init__(self, loader, patch: Callable[[Any], None]):
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.patch(module)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds one module through the other finders and hands it back with a loader that patches it."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None]):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, self.patch)
+                return spec
+        return None
+
+
+def _when_imported(name: str, patch: Callable[[Any], None]) -> None:
+    if name in sys.modules:
+        patch(sys.modules[name])
+    elif not any(isinstance(finder, _PatchOnImport) and finder.name == name for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
+
+
+def register() -> None:
+    """vLLM's general-plugin entry point: arm every fix proven on the installed engine (idempotent)."""
+    versions = installed_versions()
+    for name, in_force in fixes_in_force(versions).items():
+        if not in_force:
+            logger.debug("vllm_omni_serve engine plugin revision %d: %s not applied (proven on %s, this is "
+                         "vLLM-Omni %s with vLLM %s)", REVISION, name, FIXES[name]["proven_on"], *versions)
+            continue
+        for module, patcher in FIXES[name]["patches"].items():
+            _when_imported(module, functools.partial(globals()[patcher], name))
+
+
+def _mark(function: Callable, fix: str) -> Callable:
+    setattr(function, PATCHED, fix)
+    return function
+
+
+# --- request_sampling_reaches_answer_stage ----------------------------------------------------------------
+
+
+def _refuse_several_choices(n: Any) -> None:
+    if n not in (None, 1):
+        raise ValueError(f"n={n}: this vLLM-Omni pipeline returns one choice per request; send {n} requests "
+                         "instead (refused by vllm_omni.serve's engine plugin rather than answered with fewer "
+                         "choices)")
+
+
+def requested_sampling(request: Any) -> dict[str, Any]:
+    """The sampling fields the client set in ``request``, by SamplingParams name (protocol defaults excluded)."""
+    explicit = getattr(request, "model_fields_set", None) or set()
+    values = {}
+    for name in ANSWER_FIELDS:
+        value = getattr(request, name, None) if name in explicit else None
+        if value is None or (isinstance(value, list) and not value):
+            continue  # as the engine's own override does: an empty list or null keeps the default
+        values[name] = value
+    if "max_completion_tokens" in explicit and getattr(request, "max_completion_tokens", None) is not None:
+        values["max_tokens"] = request.max_completion_tokens  # OpenAI's newer name wins, as in vLLM
+    return values
+
+
+def answer_stage_params(defaults: Any, values: dict[str, Any]) -> Any:
+    """A SamplingParams of the stage's ``defaults`` with ``values`` laid over them, built (and so validated,
+    normalised and greedy-adjusted) by vLLM's own ``SamplingParams.from_optional``."""
+    import inspect
+
+    from vllm import SamplingParams
+
+    if isinstance(defaults, dict):
+        defaults = SamplingParams(**defaults)
+    accepted = inspect.signature(SamplingParams.from_optional).parameters
+    merged = {name: getattr(defaults, name) for name in accepted if hasattr(defaults, name)}
+    merged.update(values)
+    merged = {name: value for name, value in merged.items() if name in accepted}
+    if merged.get("extra_args") is not None:
+        merged["extra_args"] = dict(merged["extra_args"])
+    return SamplingParams.from_optional(**merged)
+
+
+def _pd_pair(engine_client: Any) -> tuple[int, int] | None:
+    find = getattr(engine_client, "_get_pd_separation_pair", None)
+    if callable(find):
+        return find()
+    from vllm_omni.entrypoints.pd_utils import PDDisaggregationMixin
+
+    return PDDisaggregationMixin.detect_pd_separation_from_stage_configs(list(engine_client.stage_configs))
+
+
+def _patch_serving_chat(fix: str, module: Any) -> None:
+    cls = module.OmniOpenAIServingChat
+    original = cls._build_sampling_params_list_from_request
+    if getattr(original, PATCHED, None):
+        return
+
+    @functools.wraps(original)
+    def build(self, request):
+        _refuse_several_choices(getattr(request, "n", None))
+        params = original(self, request)
+        pair = _pd_pair(self.engine_client)
+        answer = pair[1] if pair else self._get_comprehension_stage_index()
+        params[answer] = answer_stage_params(self.engine_client.default_sampling_params_list[answer],
+                                             requested_sampling(request))
+        return params
+
+    cls._build_sampling_params_list_from_request = _mark(build, fix)
+    logger.info("vllm_omni_serve engine plugin revision %d: %s in force for /v1/chat/completions", REVISION, fix)
+
+
+def _patch_async_omni(fix: str, module: Any) -> None:
+    cls = module.AsyncOmni
+    original = cls.generate
+    if getattr(original, PATCHED, None):
+        return
+
+    @functools.wraps(original)
+    def generate(self, prompt, sampling_params=None, request_id="", *args, **kwargs):
+        # /v1/completions hands one SamplingParams, built from the request, for stage 0 (prefill in PD).
+        if kwargs.get("sampling_params_list") is None and sampling_params is not None and self.num_stages > 1:
+            pair = _pd_pair(self)
+            if pair is not None:
+                _refuse_several_choices(getattr(sampling_params, "n", None))
+                params = list(self.default_sampling_params_list)
+                params[0] = sampling_params
+                params[pair[1]] = sampling_params.clone()
+                kwargs["sampling_params_list"], sampling_params = params, None
+        return original(self, prompt, sampling_params, request_id, *args, **kwargs)
+
+    cls.generate = _mark(generate, fix)
+    logger.info("vllm_omni_serve engine plugin revision %d: %s in force for /v1/completions", REVISION, fix)
+
+
+# --- what is installed: python -m vllm_omni_serve_fixes --verify ------------------------------------------
+
+
+def _record_problems(distribution: importlib.metadata.Distribution) -> list[str]:
+    problems = []
+    for entry in distribution.files or []:
+        if not entry.hash:
+            continue  # RECORD itself
+        path = entry.locate()
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            problems.append(f"{entry}: {error.strerror}")
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.new(entry.hash.mode, data).digest()).rstrip(b"=").decode()
+        if digest != entry.hash.value or (entry.size is not None and entry.size != len(data)):
+            problems.append(f"{entry}: content differs from RECORD")
+    return problems
+
+
+def describe() -> dict[str, Any]:
+    """What this engine venv carries: the plugin's revision, whether its files match RECORD, whether vLLM will
+    load it, and which fixes are in force under the installed engine."""
+    versions = installed_versions()
+    try:
+        distribution = importlib.metadata.distribution(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return {"installed": False, "revision": REVISION, "problems": [f"the distribution {DISTRIBUTION} is not "
+                                                                        "installed beside this module"]}
+    problems = _record_problems(distribution)
+    if distribution.version != str(REVISION):
+        problems.append(f"{DISTRIBUTION} {distribution.version} is installed with module revision {REVISION}")
+    entry_points = [point.value for point in distribution.entry_points if point.group == "vllm.general_plugins"]
+    if entry_points != [f"{MODULE}:register"]:
+        problems.append(f"vllm.general_plugins entry points {entry_points}, not ['{MODULE}:register']")
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and "vllm_omni_serve" not in allowed.split(","):
+        problems.append(f"VLLM_PLUGINS={allowed} leaves out vllm_omni_serve: vLLM would not load the plugin")
+    return {"installed": True, "revision": REVISION, "vllm_omni": versions[0], "vllm": versions[1],
+            "fixes_in_force": sorted(name for name, on in fixes_in_force(versions).items() if on),
+            "problems": problems}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--verify"]:
+        sys.exit(f"usage: python -I -m {MODULE} --verify")
+    answer = describe()
+    print(json.dumps(answer, sort_keys=True))
+    sys.exit(1 if answer["problems"] else 0)

@@ -1,0 +1,171 @@
+"""The collection's engine plugin driven through vLLM-Omni's own code on CPU (run by test_engine_plugin.py).
+
+Runs in an engine venv where the plugin may or may not be installed. Usage::
+
+    <venv>/bin/python engine_plugin_probe.py MODEL_DIR PD_STAGE_CONFIG AGGREGATED_STAGE_CONFIG
+
+and prints one line ``@@engine_plugin_probe@@{json}``: what ``describe()`` says, whether vLLM's own general-plugin
+loader finds and runs the plugin, which engine functions it patched, and, where the sampling fix is in force, the
+sampling parameters each stage would get for a set of chat and completion requests, with the fix and without it
+(the engine's original function, kept by the patch as ``__wrapped__``):
+
+* chat: the request goes through ``OmniOpenAIServingChat._build_sampling_params_list_from_request`` over the stage
+  configs and stage defaults the engine resolves from the rendered file; prefill's entry then through the engine's
+  ``_prepare_prefill_sampling_params`` and decode's through ``Orchestrator._build_pd_decode_params``, which make what
+  each PD stage receives;
+* completions: ``AsyncOmni.generate`` with one ``SamplingParams``, as ``/v1/completions`` calls it; the list the
+  engine's own body would then use is read off the generator's frame before it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+MARKER = "@@engine_plugin_probe@@"
+CHECKER_DIR = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "seed", "ignore_eos",
+          "min_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n")
+CHAT_CASES = {
+    "every_field": {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 1234,
+                    "stop": ["END"], "stop_token_ids": [151643], "presence_penalty": 0.5, "frequency_penalty": 0.25,
+                    "repetition_penalty": 1.1, "logit_bias": {"42": 5.0, "7": -200}, "min_tokens": 2,
+                    "ignore_eos": True},
+    "max_completion_tokens": {"max_completion_tokens": 9, "stop": "STOP"},
+    "nothing_set": {},
+    "two_choices": {"n": 2},
+    "temperature_out_of_range": {"temperature": 3.5},
+    "logit_bias_not_a_token": {"logit_bias": {"hello": 1.0}},
+}
+
+
+def summary(params) -> dict:
+    values = {name: getattr(params, name, None) for name in FIELDS}
+    values["logit_bias"] = {str(k): v for k, v in (values["logit_bias"] or {}).items()} or None
+    kv = (getattr(params, "extra_args", None) or {}).get("kv_transfer_params") or {}
+    values["kv_transfer_params"] = sorted(kv)
+    return values
+
+
+def stage_defaults(stages) -> list:
+    from vllm_omni.engine.stage_init_utils import extract_legacy_stage_metadata
+
+    return [extract_legacy_stage_metadata(stage).default_sampling_params for stage in stages]
+
+
+def engine_client(model_dir: str, config: str) -> SimpleNamespace:
+    sys.path.insert(0, str(CHECKER_DIR))
+    import _engine_check
+
+    stages, _legacy = _engine_check._resolve(model_dir, config, "--stage-configs-path")
+    return SimpleNamespace(stage_configs=stages, default_sampling_params_list=stage_defaults(stages))
+
+
+def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm_omni.engine.orchestrator import Orchestrator
+    from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat
+    from vllm_omni.entrypoints.pd_utils import PDDisaggregationMixin
+
+    serving = object.__new__(OmniOpenAIServingChat)
+    serving.engine_client = client
+    patched = OmniOpenAIServingChat._build_sampling_params_list_from_request
+    original = getattr(patched, "__wrapped__", patched)
+    pair = PDDisaggregationMixin.detect_pd_separation_from_stage_configs(list(client.stage_configs))
+    mixin = object.__new__(PDDisaggregationMixin)
+    cases = {"pd_pair": list(pair) if pair else None}
+    for name, fields in CHAT_CASES.items():
+        request = ChatCompletionRequest(messages=[{"role": "user", "content": "hello"}], **fields)
+        case = {}
+        for label, build in (("with_fix", patched), ("without_fix", original)):
+            try:
+                params = build(serving, request)
+            except ValueError as error:  # the chat server turns a ValueError into the client's HTTP 400
+                case[label] = {"refused": str(error)}
+                continue
+            stages = [summary(p) for p in params]
+            case[label] = {"stages": stages}
+            if pair:
+                request_id = f"probe-{name}"
+                orchestrator = SimpleNamespace(_pd_kv_params={request_id: {"remote_request_id": request_id}},
+                                               _pd_bootstrap_addr="10.0.0.11:8998", _pd_prefill_engine_id="probe")
+                try:
+                    prefill = mixin._prepare_prefill_sampling_params(request_id, params[pair[0]])
+                    decode = Orchestrator._build_pd_decode_params(orchestrator, request_id, params[pair[1]])
+                except Exception as error:  # past the chat server: the client would see a server error
+                    case[label]["engine_error"] = f"{type(error).__name__}: {error}"
+                    continue
+                case[label].update(prefill_receives=summary(prefill), decode_receives=summary(decode))
+        cases[name] = case
+    return cases
+
+
+def completion_cases(client: SimpleNamespace) -> dict:
+    from vllm import SamplingParams
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+    from vllm_omni.entrypoints.pd_utils import PDDisaggregationMixin
+
+    pair = PDDisaggregationMixin.detect_pd_separation_from_stage_configs(list(client.stage_configs))
+    omni = SimpleNamespace(num_stages=len(client.stage_configs),
+                           default_sampling_params_list=client.default_sampling_params_list,
+                           _get_pd_separation_pair=lambda: pair)
+    patched = AsyncOmni.generate
+    original = getattr(patched, "__wrapped__", patched)
+    cases = {}
+    for name, params in (("some_fields", SamplingParams.from_optional(max_tokens=5, temperature=0.5, seed=3)),
+                         ("two_choices", SamplingParams.from_optional(n=2, max_tokens=5))):
+        case = {}
+        for label, generate in (("with_fix", patched), ("without_fix", original)):
+            try:
+                generator = generate(omni, "hello", params, f"probe-{name}")
+            except ValueError as error:
+                case[label] = {"refused": str(error)}
+                continue
+            local = generator.ag_frame.f_locals  # the engine's generate, before its first line runs
+            given = local.get("sampling_params_list")
+            case[label] = {"sampling_params": summary(local["sampling_params"]) if local.get("sampling_params") else None,
+                           "stages": [summary(p) for p in given] if given else None}
+            asyncio.run(generator.aclose())
+        cases[name] = case
+    return cases
+
+
+def main() -> int:
+    model_dir, pd_config, aggregated_config = sys.argv[1:4]
+    real_stdout, sys.stdout = sys.stdout, sys.stderr  # the engine logs to stdout
+    result: dict = {}
+    try:
+        import vllm_omni_serve_fixes as fixes
+    except ImportError:
+        result["installed"] = False
+    else:
+        from vllm.plugins import load_general_plugins, load_plugins_by_group
+
+        result["installed"] = True
+        result["describe"] = fixes.describe()
+        result["discovered_by_vllm"] = sorted(load_plugins_by_group("vllm.general_plugins"))
+        load_general_plugins()
+        from vllm_omni.entrypoints import async_omni
+        from vllm_omni.entrypoints.openai import serving_chat
+
+        result["patched"] = {
+            "chat": getattr(serving_chat.OmniOpenAIServingChat._build_sampling_params_list_from_request,
+                            fixes.PATCHED, None),
+            "completions": getattr(async_omni.AsyncOmni.generate, fixes.PATCHED, None)}
+        if "request_sampling_reaches_answer_stage" in result["describe"].get("fixes_in_force", []):
+            pd = engine_client(model_dir, pd_config)
+            result["pd_chat"] = chat_cases(pd, pd=True)
+            result["pd_completions"] = completion_cases(pd)
+            result["aggregated_chat"] = chat_cases(engine_client(model_dir, aggregated_config), pd=False)
+    sys.stdout = real_stdout
+    print(MARKER + json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

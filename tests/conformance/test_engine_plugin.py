@@ -1,0 +1,147 @@
+"""The collection's engine plugin in each version's engine venv, driven through vLLM-Omni's own code on CPU.
+
+vLLM-Omni 0.26 applies a chat request's sampling fields to prefill only in a PD pipeline (decode wrote 2,048
+tokens where 32 were asked, on an H200), and ``/v1/completions`` hands them to stage 0 only.
+``engine_plugin_probe.py`` loads the plugin through vLLM's own general-plugin loader and sends requests through
+the engine's chat server, its prefill preparation and its orchestrator's decode parameters, with the fix and
+without it (the engine's original function). On a version the plugin does not carry, it runs with the plugin on
+``PYTHONPATH`` and must change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import ENGINE_PLUGIN, OUTPUT, REPO, model_dir
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import (
+    ANSWER_STAGE_SAMPLING_FIX,
+    support_table,
+    supported_versions,
+)
+
+PROBE = REPO / "tests" / "conformance" / "engine_plugin_probe.py"
+PD_CONFIG = REPO / "tests" / "golden" / "pd-text-4gpu" / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
+AGGREGATED_CONFIG = REPO / "tests" / "golden" / "aggregated-026" / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
+EVERY_FIELD = {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 1234,
+               "stop": ["END"], "stop_token_ids": [151643], "presence_penalty": 0.5, "frequency_penalty": 0.25,
+               "repetition_penalty": 1.1, "logit_bias": {"42": 5.0, "7": -100.0}, "min_tokens": 2,
+               "ignore_eos": True, "n": 1}
+
+
+CARRIED = [v for v in supported_versions() if support_table()[v].engine_plugin]
+NOT_CARRIED = [v for v in supported_versions() if not support_table()[v].engine_plugin]
+
+
+def run_probe(version: str, engines, loose_dir=None) -> dict:
+    venv, home = engines[version]
+    env = dict(os.environ)
+    if loose_dir is not None:  # not installed there: put it on the path, as if someone had
+        shutil.copytree(ENGINE_PLUGIN, loose_dir, dirs_exist_ok=True)
+        env["PYTHONPATH"] = str(loose_dir)
+    result = subprocess.run([str(venv / "bin" / "python"), str(PROBE), str(model_dir(home)), str(PD_CONFIG),
+                             str(AGGREGATED_CONFIG)], capture_output=True, text=True, timeout=600, check=False, env=env)
+    log = OUTPUT / version / "engine_plugin_probe.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("@@engine_plugin_probe@@")]
+    assert result.returncode == 0 and lines, f"the probe failed (rc={result.returncode}); see {log}"
+    return json.loads(lines[-1].removeprefix("@@engine_plugin_probe@@"))
+
+
+@pytest.fixture(scope="module", params=CARRIED)
+def probe(request, engines):
+    return request.param, run_probe(request.param, engines)
+
+
+@pytest.fixture(scope="module", params=NOT_CARRIED)
+def loose_probe(request, engines, tmp_path_factory):
+    return request.param, run_probe(request.param, engines, tmp_path_factory.mktemp(f"plugin-{request.param}"))
+
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    for name in ("probe", "loose_probe"):
+        if name in request.fixturenames:
+            version = request.getfixturevalue(name)[0]
+            case = request.node.name.replace(f"[{version}]", "").replace(f"{version}-", "")
+            request.node.conformance_case = (version, f"engine plugin: {case}")
+
+
+def test_vllm_loads_the_plugin_and_it_is_whole(probe):
+    version, result = probe
+    assert result["installed"] is True
+    assert "vllm_omni_serve" in result["discovered_by_vllm"]
+    assert result["describe"]["problems"] == []
+    assert result["describe"]["revision"] == support_table()[version].engine_plugin["revision"]
+    assert sorted(result["describe"]["fixes_in_force"]) == sorted(support_table()[version].engine_plugin["fixes"])
+    assert result["patched"] == {"chat": ANSWER_STAGE_SAMPLING_FIX, "completions": ANSWER_STAGE_SAMPLING_FIX}
+
+
+def test_without_the_fix_decode_ignores_the_client(probe):
+    """The engine's behaviour the fix exists for; when this fails, upstream changed it: re-check the need."""
+    _unused, result = probe
+    stock = result["pd_chat"]["every_field"]["without_fix"]["decode_receives"]
+    assert stock["max_tokens"] == 2048 and stock["temperature"] == 0.0 and stock["seed"] is None
+    assert result["pd_completions"]["some_fields"]["without_fix"]["stages"] is None  # stage 0 only, in its body
+
+
+def test_decode_receives_every_sampling_field_of_a_chat_request(probe):
+    _unused, result = probe
+    chat = result["pd_chat"]
+    assert chat["pd_pair"] == [0, 1]
+    fixed = chat["every_field"]["with_fix"]
+    decode = fixed["decode_receives"]
+    assert {name: decode[name] for name in EVERY_FIELD} == EVERY_FIELD
+    # What makes it a PD decode: the engine's own KV parameters, laid over the client's sampling.
+    assert {"do_remote_prefill", "remote_request_id", "transfer_id"} <= set(decode["kv_transfer_params"])
+    # Prefill keeps what the engine gives it: one token, no stop strings, handing its KV off.
+    assert fixed["prefill_receives"]["max_tokens"] == 1 and fixed["prefill_receives"]["stop"] == []
+    assert "do_remote_decode" in fixed["prefill_receives"]["kv_transfer_params"]
+
+
+def test_max_completion_tokens_and_a_single_stop_string(probe):
+    _unused, result = probe
+    decode = result["pd_chat"]["max_completion_tokens"]["with_fix"]["decode_receives"]
+    assert decode["max_tokens"] == 9 and decode["stop"] == ["STOP"]
+
+
+def test_a_request_that_sets_nothing_keeps_the_decode_defaults(probe):
+    _unused, result = probe
+    case = result["pd_chat"]["nothing_set"]
+    assert case["with_fix"]["decode_receives"] == case["without_fix"]["decode_receives"]
+    assert case["with_fix"]["decode_receives"]["max_tokens"] == 2048  # the rendered decode default
+
+
+@pytest.mark.parametrize("case, words", [("two_choices", "n=2: this vLLM-Omni pipeline returns one choice"),
+                                         ("temperature_out_of_range", "temperature must be in [0, 2]"),
+                                         ("logit_bias_not_a_token", "logit_bias contains key(s)")])
+def test_what_decode_cannot_honour_is_the_clients_400(probe, case, words):
+    """A ValueError from the chat server's sampling step is its HTTP 400 (``create_error_response``)."""
+    _unused, result = probe
+    assert words in result["pd_chat"][case]["with_fix"]["refused"]
+
+
+def test_completions_hand_decode_the_requests_parameters(probe):
+    _unused, result = probe
+    stages = result["pd_completions"]["some_fields"]["with_fix"]["stages"]
+    assert [(s["max_tokens"], s["temperature"], s["seed"]) for s in stages] == [(5, 0.5, 3), (5, 0.5, 3)]
+    assert "n=2" in result["pd_completions"]["two_choices"]["with_fix"]["refused"]
+
+
+def test_aggregated_comprehension_stage_gets_the_fields_the_engine_left_out(probe):
+    _unused, result = probe
+    case = result["aggregated_chat"]["every_field"]
+    assert case["with_fix"]["stages"][0] == {**case["with_fix"]["stages"][0], **EVERY_FIELD}
+    left_out = case["without_fix"]["stages"][0]
+    assert (left_out["min_p"], left_out["repetition_penalty"], left_out["logit_bias"]) == (0.0, 1.0, None)
+
+
+def test_never_applied_on_a_version_it_was_not_proven_on(loose_probe):
+    _unused, result = loose_probe
+    assert result["installed"] is True and result["describe"]["fixes_in_force"] == []
+    assert result["patched"] == {"chat": None, "completions": None}

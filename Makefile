@@ -76,6 +76,7 @@ lint: tools
 	ansible-lint --offline -q
 	python scripts/gen_docs.py --check
 	python scripts/lock.py --check
+	python scripts/engine_plugin.py --check
 
 unit: tools
 	python -m pytest

@@ -19,6 +19,9 @@
 #                                                      a PD pipeline spanning two inventory hosts on this one GPU
 #                                                      (head + headless), its headless stage killed under load
 #                                                      and restarted in the deploy's order (tests/device/span_serving.py)
+#   tests/device/pd_serving.sh contract [--budget S] NAME=RENDER...
+#                                                      the client's sampling fields against each pipeline's answers, and
+#                                                      the greedy answers of the pipelines compared (tests/device/contract.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=/srv/stage
@@ -30,7 +33,7 @@ case "$command" in
     for file in "$@"; do cp "$file" "$stage/in/"; done
     ls -l "$stage/in"
     ;;
-  run|imports|bench|span)
+  run|imports|bench|span|contract)
     if [ ! -d "$stage/site" ]; then
       tests/device/unpack_payload.sh "$stage" "$stage"/in/engine.tar.xz.part*
     fi
@@ -46,11 +49,14 @@ case "$command" in
     if [ "$command" = span ]; then
       PYTHONUNBUFFERED=1 exec python3 tests/device/span_serving.py --out "${OUT:-/tmp/out}" "$@"
     fi
+    if [ "$command" = contract ]; then
+      PYTHONUNBUFFERED=1 exec python3 tests/device/contract.py --out "${OUT:-/tmp/out}" "$@"
+    fi
     if [ "$command" = imports ]; then set -- --imports-only "$@"; fi
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,21p' "$0" >&2
+    sed -n '2,24p' "$0" >&2
     exit 2
     ;;
 esac

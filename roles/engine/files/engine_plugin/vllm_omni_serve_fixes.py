@@ -38,7 +38,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 REVISION = 1
 DISTRIBUTION = "vllm-omni-serve-engine"

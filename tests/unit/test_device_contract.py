@@ -1,0 +1,69 @@
+"""A rehearsal of the device's contract run (tests/device/contract.py) without a GPU.
+
+The stand-in engine (tests/fixtures/fake_engine) answers as the real one does with the collection's engine plugin:
+as many tokens as asked, the stage default when none is asked, the same answer for the same prompt when greedy and
+for the same seed when sampled, HTTP 400 for several choices and a temperature over 2. The script must lay out and
+start both renders, judge every check and compare their greedy answers; a stand-in that answers otherwise must
+show up as a FAIL, never as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_device_pd_serving import stand_in_device
+from testlib import REPO
+
+SCRIPT = REPO / "tests" / "device" / "contract.py"
+
+
+def run_contract(tmp, scenarios: list[str], env: dict) -> dict:
+    out = tmp / f"out-{len(list(tmp.glob('out-*')))}"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--ready-timeout", "60", *scenarios],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("contract")
+    _plan, pd_render, env = stand_in_device(tmp, "contract-pd")
+    _plan, aggregated_render, _env = stand_in_device(tmp, "contract-agg", inventory="aggregated-text")
+    return tmp, env, run_contract(tmp, [f"pd={pd_render}", f"aggregated={aggregated_render}"], env)
+
+
+def test_every_check_passes_on_an_engine_that_keeps_the_contract(contract):
+    _tmp, _env, results = contract
+    assert results["skipped"] == []
+    for name in ("pd", "aggregated"):
+        assert results[name]["ready"]["ready"] is True
+        verdicts = results[name]["contract"]["verdicts"]
+        assert verdicts and all(ok for _verdict, ok in verdicts), verdicts
+    assert "PD: 39 of 39 went prefill -> KV transfer -> decode" in [v for v, _ok in results["pd"]["contract"]["verdicts"]]
+    assert results["pd"]["contract"]["lengths"]["stage_default"]["expected"] == 32  # the render's decode default
+    assert results["pd"]["engine_plugin"]["fixes"] == ["request_sampling_reaches_answer_stage"]
+    assert results["greedy_compared"] == {"pd vs aggregated": {"prompts": 32, "equal": 32, "differing": []}}
+    assert all(line.startswith(("pd: PASS", "aggregated: PASS", "pd vs aggregated: greedy answers equal on 32 of 32"))
+               for line in results["verdicts"])
+
+
+def test_an_engine_that_ignores_the_client_fails_the_checks(contract, monkeypatch):
+    """The stand-in told to drop max_tokens, seeds and refusals (as stock vLLM-Omni PD decode does): FAILs."""
+    tmp, env, _results = contract
+    _plan, render, _env = stand_in_device(tmp, "contract-stock")
+    results = run_contract(tmp, [f"stock={render}"], {**env, "FAKE_ENGINE_IGNORE_REQUEST": "1"})
+    failed = [verdict for verdict, ok in results["stock"]["contract"]["verdicts"] if not ok]
+    assert "chat max_tokens 7 -> 32 tokens" in failed and "n_2: HTTP 200" in failed
+    assert "seeds 1 and 2: different answers" in failed
+    assert results["greedy_compared"] == {}
+
+
+def test_budget_skips_what_would_not_fit_and_says_so(contract):
+    tmp, env, _results = contract
+    _plan, render, _env = stand_in_device(tmp, "contract-budget")
+    results = run_contract(tmp, ["--budget", "100", f"late={render}"], env)
+    assert "late" not in results and results["skipped"][0].startswith("late: ")

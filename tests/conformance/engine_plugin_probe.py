@@ -6,20 +6,17 @@ Runs in an engine venv where the plugin may or may not be installed. Usage::
 
 and prints one line ``@@engine_plugin_probe@@{json}``: what ``describe()`` says, whether vLLM's own general-plugin
 loader finds and runs the plugin, which engine functions it patched, and, where the sampling fix is in force, the
-sampling parameters each stage would get for a set of chat and completion requests, with the fix and without it
+sampling parameters each stage would get for a set of chat requests, with the fix and without it
 (the engine's original function, kept by the patch as ``__wrapped__``):
 
-* chat: the request goes through ``OmniOpenAIServingChat._build_sampling_params_list_from_request`` over the stage
-  configs and stage defaults the engine resolves from the rendered file; prefill's entry then through the engine's
-  ``_prepare_prefill_sampling_params`` and decode's through ``Orchestrator._build_pd_decode_params``, which make what
-  each PD stage receives;
-* completions: ``AsyncOmni.generate`` with one ``SamplingParams``, as ``/v1/completions`` calls it; the list the
-  engine's own body would then use is read off the generator's frame before it runs.
+the request goes through ``OmniOpenAIServingChat._build_sampling_params_list_from_request`` over the stage configs
+and stage defaults the engine resolves from the rendered file; prefill's entry then through the engine's
+``_prepare_prefill_sampling_params`` and decode's through ``Orchestrator._build_pd_decode_params``, which make what
+each PD stage receives.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -105,36 +102,6 @@ def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
     return cases
 
 
-def completion_cases(client: SimpleNamespace) -> dict:
-    from vllm import SamplingParams
-    from vllm_omni.entrypoints.async_omni import AsyncOmni
-    from vllm_omni.entrypoints.pd_utils import PDDisaggregationMixin
-
-    pair = PDDisaggregationMixin.detect_pd_separation_from_stage_configs(list(client.stage_configs))
-    omni = SimpleNamespace(num_stages=len(client.stage_configs),
-                           default_sampling_params_list=client.default_sampling_params_list,
-                           _get_pd_separation_pair=lambda: pair)
-    patched = AsyncOmni.generate
-    original = getattr(patched, "__wrapped__", patched)
-    cases = {}
-    for name, params in (("some_fields", SamplingParams.from_optional(max_tokens=5, temperature=0.5, seed=3)),
-                         ("two_choices", SamplingParams.from_optional(n=2, max_tokens=5))):
-        case = {}
-        for label, generate in (("with_fix", patched), ("without_fix", original)):
-            try:
-                generator = generate(omni, "hello", params, f"probe-{name}")
-            except ValueError as error:
-                case[label] = {"refused": str(error)}
-                continue
-            local = generator.ag_frame.f_locals  # the engine's generate, before its first line runs
-            given = local.get("sampling_params_list")
-            case[label] = {"sampling_params": summary(local["sampling_params"]) if local.get("sampling_params") else None,
-                           "stages": [summary(p) for p in given] if given else None}
-            asyncio.run(generator.aclose())
-        cases[name] = case
-    return cases
-
-
 def main() -> int:
     model_dir, pd_config, aggregated_config = sys.argv[1:4]
     real_stdout, sys.stdout = sys.stdout, sys.stderr  # the engine logs to stdout
@@ -150,17 +117,14 @@ def main() -> int:
         result["describe"] = fixes.describe()
         result["discovered_by_vllm"] = sorted(load_plugins_by_group("vllm.general_plugins"))
         load_general_plugins()
-        from vllm_omni.entrypoints import async_omni
         from vllm_omni.entrypoints.openai import serving_chat
 
         result["patched"] = {
             "chat": getattr(serving_chat.OmniOpenAIServingChat._build_sampling_params_list_from_request,
-                            fixes.PATCHED, None),
-            "completions": getattr(async_omni.AsyncOmni.generate, fixes.PATCHED, None)}
+                            fixes.PATCHED, None)}
         if "request_sampling_reaches_answer_stage" in result["describe"].get("fixes_in_force", []):
             pd = engine_client(model_dir, pd_config)
             result["pd_chat"] = chat_cases(pd, pd=True)
-            result["pd_completions"] = completion_cases(pd)
             result["aggregated_chat"] = chat_cases(engine_client(model_dir, aggregated_config), pd=False)
     sys.stdout = real_stdout
     print(MARKER + json.dumps(result, default=str))

@@ -1,7 +1,7 @@
 """The collection's engine plugin in each version's engine venv, driven through vLLM-Omni's own code on CPU.
 
 vLLM-Omni 0.26 applies a chat request's sampling fields to prefill only in a PD pipeline (decode wrote 2,048
-tokens where 32 were asked, on an H200), and ``/v1/completions`` hands them to stage 0 only.
+tokens where 32 were asked, on an H200).
 ``engine_plugin_probe.py`` loads the plugin through vLLM's own general-plugin loader and sends requests through
 the engine's chat server, its prefill preparation and its orchestrator's decode parameters, with the fix and
 without it (the engine's original function). On a version the plugin does not carry, it runs with the plugin on
@@ -79,7 +79,7 @@ def test_vllm_loads_the_plugin_and_it_is_whole(probe):
     assert result["describe"]["problems"] == []
     assert result["describe"]["revision"] == support_table()[version].engine_plugin["revision"]
     assert sorted(result["describe"]["fixes_in_force"]) == sorted(support_table()[version].engine_plugin["fixes"])
-    assert result["patched"] == {"chat": ANSWER_STAGE_SAMPLING_FIX, "completions": ANSWER_STAGE_SAMPLING_FIX}
+    assert result["patched"] == {"chat": ANSWER_STAGE_SAMPLING_FIX}
 
 
 def test_without_the_fix_decode_ignores_the_client(probe):
@@ -87,7 +87,6 @@ def test_without_the_fix_decode_ignores_the_client(probe):
     _unused, result = probe
     stock = result["pd_chat"]["every_field"]["without_fix"]["decode_receives"]
     assert stock["max_tokens"] == 2048 and stock["temperature"] == 0.0 and stock["seed"] is None
-    assert result["pd_completions"]["some_fields"]["without_fix"]["stages"] is None  # stage 0 only, in its body
 
 
 def test_decode_receives_every_sampling_field_of_a_chat_request(probe):
@@ -126,13 +125,6 @@ def test_what_decode_cannot_honour_is_the_clients_400(probe, case, words):
     assert words in result["pd_chat"][case]["with_fix"]["refused"]
 
 
-def test_completions_hand_decode_the_requests_parameters(probe):
-    _unused, result = probe
-    stages = result["pd_completions"]["some_fields"]["with_fix"]["stages"]
-    assert [(s["max_tokens"], s["temperature"], s["seed"]) for s in stages] == [(5, 0.5, 3), (5, 0.5, 3)]
-    assert "n=2" in result["pd_completions"]["two_choices"]["with_fix"]["refused"]
-
-
 def test_aggregated_comprehension_stage_gets_the_fields_the_engine_left_out(probe):
     _unused, result = probe
     case = result["aggregated_chat"]["every_field"]
@@ -144,4 +136,4 @@ def test_aggregated_comprehension_stage_gets_the_fields_the_engine_left_out(prob
 def test_never_applied_on_a_version_it_was_not_proven_on(loose_probe):
     _unused, result = loose_probe
     assert result["installed"] is True and result["describe"]["fixes_in_force"] == []
-    assert result["patched"] == {"chat": None, "completions": None}
+    assert result["patched"] == {"chat": None}

@@ -17,14 +17,15 @@ Fixes (docs/engine-facts.md has the evidence for each):
 ``request_sampling_reaches_answer_stage``
     vLLM-Omni 0.26's chat server applies a request's OpenAI sampling fields to the first comprehension stage
     only, which in a prefill/decode (PD) pipeline is prefill; decode, which writes the answer, ran on its
-    stage defaults (asked ``max_tokens`` 32, got 2,048). ``/v1/completions`` hands the request's parameters
-    to stage 0 only, with the same effect. With the fix the stage that writes the answer (decode in PD, the
-    comprehension stage otherwise) gets the request's ``max_tokens`` (or ``max_completion_tokens``),
+    stage defaults (asked ``max_tokens`` 32, got 2,048). With the fix the stage that writes the answer (decode in
+    PD, the comprehension stage otherwise) gets the request's ``max_tokens`` (or ``max_completion_tokens``),
     ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``stop``, ``stop_token_ids``, ``seed``, ``ignore_eos``,
     ``min_tokens``, presence, frequency and repetition penalties and ``logit_bias``, laid over that stage's
     defaults and validated as vLLM validates them (an out-of-range value is the client's HTTP 400). A request
     that sets none of them keeps the stage's defaults. ``n`` above 1 is refused with HTTP 400: the pipeline
     returns one choice per request. Prefill keeps what the engine gives it (one token, no stop strings).
+    ``/v1/completions`` is left alone: vLLM-Omni answers Qwen3-Omni there with HTTP 400 ("requires chat
+    template structure"), seen on an H100.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ FIXES: dict[str, dict[str, Any]] = {
         "proven_on": (("0.26.0", "0.26.0"),),
         "patches": {
             "vllm_omni.entrypoints.openai.serving_chat": "_patch_serving_chat",
-            "vllm_omni.entrypoints.async_omni": "_patch_async_omni",
         },
     },
 }
@@ -211,30 +211,7 @@ def _patch_serving_chat(fix: str, module: Any) -> None:
         return params
 
     cls._build_sampling_params_list_from_request = _mark(build, fix)
-    logger.info("vllm_omni_serve engine plugin revision %d: %s in force for /v1/chat/completions", REVISION, fix)
-
-
-def _patch_async_omni(fix: str, module: Any) -> None:
-    cls = module.AsyncOmni
-    original = cls.generate
-    if getattr(original, PATCHED, None):
-        return
-
-    @functools.wraps(original)
-    def generate(self, prompt, sampling_params=None, request_id="", *args, **kwargs):
-        # /v1/completions hands one SamplingParams, built from the request, for stage 0 (prefill in PD).
-        if kwargs.get("sampling_params_list") is None and sampling_params is not None and self.num_stages > 1:
-            pair = _pd_pair(self)
-            if pair is not None:
-                _refuse_several_choices(getattr(sampling_params, "n", None))
-                params = list(self.default_sampling_params_list)
-                params[0] = sampling_params
-                params[pair[1]] = sampling_params.clone()
-                kwargs["sampling_params_list"], sampling_params = params, None
-        return original(self, prompt, sampling_params, request_id, *args, **kwargs)
-
-    cls.generate = _mark(generate, fix)
-    logger.info("vllm_omni_serve engine plugin revision %d: %s in force for /v1/completions", REVISION, fix)
+    logger.info("vllm_omni_serve engine plugin revision %d: %s in force", REVISION, fix)
 
 
 # --- what is installed: python -m vllm_omni_serve_fixes --verify ------------------------------------------

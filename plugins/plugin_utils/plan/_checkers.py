@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 #
 # PRIVATE to the collection: may change or disappear in any release.
-"""A row of the settings table (``Setting``) and its value checkers (the table is ``_settings``, the path
-checkers ``_path_checks``): each returns the normalized value or raises
+"""A row of the settings table (``Setting``) and its value checkers (the table is ``data/settings.yml``, loaded
+by ``_settings``; the path checkers are ``_path_checks``): each returns the normalized value or raises
 ``SettingError`` with what is wrong and what to write instead; ``show`` and ``type_name`` word a value for
 a problem line."""
 

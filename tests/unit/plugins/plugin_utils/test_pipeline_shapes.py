@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from unitlib import one_host, problems_of
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 
 
@@ -100,11 +103,18 @@ def test_load_format_dummy_is_an_allowed_override():
     assert len(problems) == 1 and "load_format" in problems[0]
 
 
-def test_pd_plans_say_that_request_sampling_stops_at_prefill_on_0_26():
-    """Seen on an H200: a request's max_tokens 32 reached prefill only; decode made its default 2,048."""
+def test_pd_plans_on_0_26_carry_the_fix_that_hands_request_sampling_to_decode(monkeypatch):
+    """Seen on an H200: a request's max_tokens 32 reached prefill only; decode made its default 2,048. The engine
+    plugin's fix is in force on 0.26 (conformance, GPU run 11): no warning. A version without it still warns."""
+    plan = build_plan(one_host(gpus=range(3), vllm_omni_stage_sampling_params={"decode": {"max_tokens": 256}}))
+    assert not any("prefill stage only" in w for w in plan["warnings"])
+    assert plan["backend"]["engine_plugin"]["fixes"] == ["request_sampling_reaches_answer_stage"]
+    row = _engine_data.support_table()["0.26.0"]
+    monkeypatch.setitem(_engine_data.support_table(), "0.26.0", dataclasses.replace(row, engine_plugin=None))
     plan = build_plan(one_host(gpus=range(3), vllm_omni_stage_sampling_params={"decode": {"max_tokens": 256}}))
     (warning,) = [w for w in plan["warnings"] if "prefill stage only" in w]
     assert "max_tokens 256" in warning and "vllm_omni_stage_sampling_params.decode" in warning
+    assert plan["backend"]["engine_plugin"] is None
     aggregated = build_plan(one_host(gpus=range(2), vllm_omni_layout="aggregated"))
     assert not any("prefill stage only" in w for w in aggregated["warnings"])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from lab import SUFFIX  # "" in the first lab, "-<lane>" in a lane: this lane's scratch files on the controller
-from test_lab import CACHE, LAB, LAB_INVENTORY, MEASURED, REPO, lab, on, playbook, recap, scenario, started_at
+from test_lab import CACHE, LAB, LAB_INVENTORY, MEASURED, REPO, lab, on, playbook, put, recap, scenario, started_at
 
 KEY_FILE = Path(tempfile.gettempdir()) / f"vllm-omni-faults{SUFFIX}.key"
 REPORT = MEASURED / "faults.json"
@@ -167,6 +167,32 @@ def test_failed_upgrade_restores_the_pipeline_and_stops_the_rollout(two_hosts):
     assert env_mark("lab-1", "omni1") == 'ROLLOUT_MARK="1"' and env_mark("lab-2", "omni0") == 'ROLLOUT_MARK="1"'
     assert on("lab-1", "systemctl is-active vllm-omni@omni0").strip() == "active"
     assert len(json.loads(on("lab-1", f"curl -s {ROUTER_ADMIN}/list_workers"))["urls"]) == 3
+
+
+def test_an_upgrade_whose_pipeline_answers_wrong_is_stopped_by_the_answer_check_and_restored(two_hosts):
+    """The answer check: the first deploy left on each host the answer its pipelines agreed on; an upgrade whose
+    pipeline answers otherwise fails that pipeline's verify, named with both answers, and the pipeline is restored.
+    The stand-in that answers wrong: lab-2's simulator, given other words by a sitecustomize on PYTHONPATH that only
+    lab-2 has (lab-1's pipelines get the same environment and still answer right)."""
+    references = json.loads(on("lab-1", "cat /var/lib/vllm-omni-serve/answers.json"))["references"]
+    (reference,) = references.values()
+    assert reference["answer"].startswith("The quick brown fox") and reference["pipelines"] == ["lab-1/omni0", "lab-1/omni1"]
+    (key, lab_2), = json.loads(on("lab-2", "cat /var/lib/vllm-omni-serve/answers.json"))["references"].items()
+    assert key in references and lab_2["answer"] == reference["answer"] and lab_2["pipelines"] == ["lab-2/omni0"]
+    on("lab-2", "mkdir -p /opt/wrong-answer")
+    put("lab-2", "/opt/wrong-answer/sitecustomize.py",
+        "import xpyd_sim.common.helpers as helpers\nhelpers.DUMMY_TOKENS = ['wrong'] * 8\n")
+    try:
+        wrong = two_hosts(vllm_omni_extra_env={"ROLLOUT_MARK": "4", "PYTHONPATH": "/opt/wrong-answer"})
+        result = playbook("upgrade.yml", wrong, check=False)
+    finally:
+        on("lab-2", "rm -rf /opt/wrong-answer")
+    assert result.returncode != 0
+    assert "lab-2/omni0 answered differently from the reference" in result.stdout, result.stdout[-4000:]
+    assert 'It answered: "wrong wrong wrong' in result.stdout and '"The quick brown fox' in result.stdout
+    assert "The previous version was restored, is healthy and back in the router; the rollout stops here" in result.stdout
+    assert env_mark("lab-2", "omni0") != 'ROLLOUT_MARK="4"'
+    assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() == "active"
 
 
 def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):

@@ -62,6 +62,7 @@ HOST_WHEELHOUSE = "/var/cache/vllm-omni/wheelhouse"
 # What the last deploy created on a host (its footprint): prune and uninstall read it.
 STATE_DIR = "/var/lib/vllm-omni-serve"
 FOOTPRINT_RECORD = f"{STATE_DIR}/footprint.json"
+ANSWER_REFERENCES = f"{STATE_DIR}/answers.json"  # the answer check's reference answers (modules/answer_reference.py)
 CONVERGE_RECORD = f"{STATE_DIR}/converge.json"  # the last whole deploy's digest and snapshot (no-op check), 0600
 # Artifact distribution (_artifacts): the manifests each host checks its artifacts against, and the rsync
 # daemon that serves them to the next hosts while a deploy distributes them (a transient unit, not a file).
@@ -160,6 +161,7 @@ def fixed_paths(settings: dict) -> dict:
         "mooncake_sysctl": MOONCAKE_SYSCTL,
         "footprint_record": FOOTPRINT_RECORD,
         "converge_record": CONVERGE_RECORD,
+        "answer_references": ANSWER_REFERENCES,
         "own_units": list(OWN_UNITS),
     }
 

@@ -26,6 +26,7 @@ import json
 
 from ..host import _engine_data, _footprint, _locks, _names, _platforms
 from . import (
+    _answer_check,
     _artifacts,
     _distributed,
     _firewall,
@@ -132,6 +133,8 @@ def _add_host_sections(plan: dict, settings: dict, ips: dict[str, str | None], p
     plan["artifacts"] = _artifacts.artifacts_plan(settings, plan, ips)
     # How deploy and upgrade roll pipelines that serve (roles/upgrade, _rolling.waves).
     plan["rolling"] = {"max_unavailable": settings["vllm_omni_rolling_max_unavailable"]}
+    # The one request smoke and verify compare with each host's reference answer (roles/engine, verify_answers).
+    plan["answer_check"] = _answer_check.answer_check_plan(settings, plan)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))

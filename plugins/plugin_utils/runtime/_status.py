@@ -129,6 +129,10 @@ def _engine_version(plan: dict) -> str | None:
                if engine.get("vllm_omni_version") else None)
     if version and plan["backend"].get("stand_in"):
         version += f", SIMULATOR ({plan['backend']['name']}) stands in"
+    plugin = plan["backend"].get("engine_plugin")
+    if version and plugin:  # deploy verified it on every engine host (engine role, config_check)
+        version += (f", the collection's engine plugin revision {plugin['revision']}"
+                    + (f" with {', '.join(plugin['fixes'])}" if plugin.get("fixes") else ""))
     return version
 
 

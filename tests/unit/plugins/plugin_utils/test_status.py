@@ -120,3 +120,13 @@ def test_an_unreadable_start_time_is_an_unknown_uptime(stamp):
     head = _status.status_document(pipeline_plan(), units, {}, {}, now=NOW)["pipelines"][0]
     assert head["uptime_s"] is None and head["restarts"] is None
     assert _status.uptime_text(None) == "-" and _status.uptime_text(90061) == "1d1h" and _status.uptime_text(59) == "59s"
+
+
+def test_the_engine_plugin_and_its_fixes_are_named_with_the_version():
+    plan = pipeline_plan()
+    plan["backend"]["engine_plugin"] = {"distribution": "vllm-omni-serve-engine", "files": "engine_plugin",
+                                        "revision": 1, "fixes": ["request_sampling_reaches_answer_stage"]}
+    document = _status.status_document(plan, UNITS, {"http://10.0.0.11:8091": 200}, {}, now=NOW)
+    assert document["version"] == ("vllm-omni 0.26.0 (vllm 0.26.0), the collection's engine plugin revision 1 with "
+                                   "request_sampling_reaches_answer_stage")
+    assert _status.status_table(document)[-2] == f"engine (plan): {document['version']}"

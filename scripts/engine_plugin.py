@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write (or --check) the RECORD of the collection's engine plugin, roles/engine/files/engine_plugin/.
 
 The engine role copies that directory into an engine venv's site-packages as it is, so the directory is an

@@ -76,8 +76,8 @@ def contract(pipeline: dict, model: str, name: str, engine: serving.Engine, pd: 
     chat, completions = "/v1/chat/completions", "/v1/completions"
     out: dict = {"lengths": {}, "verdicts": []}
     for count in LENGTHS:
-        out["lengths"][f"chat_{count}"] = request(pipeline, model, chat, {"max_tokens": count, "ignore_eos": True,
-                                                                           "temperature": 0}, f"{prefix}-len{count}")
+        fields = {"max_tokens": count, "ignore_eos": True, "temperature": 0}
+        out["lengths"][f"chat_{count}"] = request(pipeline, model, chat, fields, f"{prefix}-len{count}")
     # vLLM-Omni answers Qwen3-Omni on /v1/completions with 400 ("requires chat template structure"): recorded only.
     out["completions"] = request(pipeline, model, completions, {
         "prompt": "Tell me about the sea.", "max_tokens": 7, "ignore_eos": True, "temperature": 0}, f"{prefix}-cmpl7")
@@ -118,15 +118,14 @@ def contract(pipeline: dict, model: str, name: str, engine: serving.Engine, pd: 
         verdicts.append([f"{label}: HTTP {answer['status']}", answer["status"] == 400])
     if pd:
         text = engine.text()
-        # Chat requests only: the judge knows a chat completion's transfer id (xfer-chatcmpl-<id>-...).
-        ids = [r["request_id"] for r in [*out["lengths"].values(), *out["greedy"], *out["sampled"],
-                                          *out["seeds"].values()]]
+        # Chat completions all: the judge knows a chat completion's transfer id (xfer-chatcmpl-<id>-...).
+        sent = [*out["lengths"].values(), *out["greedy"], *out["sampled"], *out["seeds"].values()]
+        ids = [answer["request_id"] for answer in sent]
         through = [rid for rid in ids if serving._pd_evidence.judge(text, rid)["ok"]]
         out["through_prefill_and_decode"] = {"requests": len(ids), "ok": len(through)}
         verdicts.append([f"PD: {len(through)} of {len(ids)} went prefill -> KV transfer -> decode",
                          len(through) == len(ids)])
     return out
-
 
 
 def scenario(name: str, render: Path, logs: Path, ready_timeout: float) -> dict:

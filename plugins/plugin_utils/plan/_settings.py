@@ -53,8 +53,10 @@ CHECKERS["host_platform"] = check_host_platform
 def _checker(name: str, spec: Any):
     """The check of the entry ``name``: a checker by kind, with the entry's arguments bound (validated here, so a
     table mistake fails the first import with the entry's name, not a user's run)."""
-    kind, arguments = (spec, {}) if isinstance(spec, str) else (spec.get("kind"), {k: v for k, v in spec.items()
-                                                                                    if k != "kind"})
+    if isinstance(spec, str):
+        kind, arguments = spec, {}
+    else:
+        kind, arguments = spec.get("kind"), {k: v for k, v in spec.items() if k != "kind"}
     if kind not in CHECKERS:
         raise ValueError(f"data/settings.yml {name}: no checker {kind!r} (one of {', '.join(sorted(CHECKERS))})")
     function = CHECKERS[kind]

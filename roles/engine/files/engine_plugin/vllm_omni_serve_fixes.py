@@ -242,8 +242,8 @@ def describe() -> dict[str, Any]:
     try:
         distribution = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        return {"installed": False, "revision": REVISION, "problems": [f"the distribution {DISTRIBUTION} is not "
-                                                                        "installed beside this module"]}
+        missing = f"the distribution {DISTRIBUTION} is not installed beside this module"
+        return {"installed": False, "revision": REVISION, "problems": [missing]}
     problems = _record_problems(distribution)
     if distribution.version != str(REVISION):
         problems.append(f"{DISTRIBUTION} {distribution.version} is installed with module revision {REVISION}")

@@ -9,7 +9,6 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.vllm_omni.serve.plugins.filter.answers_by_host import answers_by_host
 from ansible_collections.vllm_omni.serve.plugins.modules import answer_reference
 
 RIGHT, WRONG = "Red, green and blue. Red and green make yellow.", "Yellow yellow yellow yellow"
@@ -23,8 +22,8 @@ class Exit(Exception):
 
 @pytest.fixture
 def run(monkeypatch, tmp_path):
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_ for _ in ()).throw(Exit("exit", kw)))
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_ for _ in ()).throw(Exit("fail", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_never for _never in ()).throw(Exit("exit", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_never for _never in ()).throw(Exit("fail", kw)))
     path = tmp_path / "state" / "answers.json"
 
     def call(answers, key="k1", renew=False, check_mode=False):
@@ -103,11 +102,3 @@ def test_an_unreadable_file_is_replaced_with_a_warning(run, monkeypatch):
     result = call({"h/omni0": RIGHT})
     assert result["recorded"] and any("could not be read" in w for w in warned)
     assert json.loads(path.read_text())["references"]["k1"]["answer"] == RIGHT
-
-
-def test_answers_are_grouped_by_the_host_that_serves_each_pipeline():
-    pipelines = [{"host": "a", "pipeline_key": "a/omni0"}, {"host": "a", "pipeline_key": "a/omni1"},
-                 {"host": "b", "pipeline_key": "span-0"}]
-    results = [{"json": {"choices": [{"message": {"content": RIGHT}}]}}, {"json": {"choices": []}},
-               {"status": 500, "msg": "error"}]
-    assert answers_by_host(pipelines, results) == {"a": {"a/omni0": RIGHT, "a/omni1": None}, "b": {"span-0": None}}

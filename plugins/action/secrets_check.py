@@ -59,7 +59,7 @@ class ActionModule(ActionBase):
             found += tls_found + _model_findings(plan)
         for warning in warnings:
             self._display.warning(warning)
-        result.update(changed=False, problems=[p for p, _fix in found], tls_warnings=warnings)
+        result.update(changed=False, problems=[str(p) for p, _fix in found], tls_warnings=warnings)
         if found:
             result.update(failed=True, msg=_message(found))
         return result
@@ -101,13 +101,13 @@ def _tls_findings(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
     if not (tls.get("source") == "provided" and plan["router"]["frontdoor"].get("enabled", True)):
         return found, []
     files = _secrets.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
-    found += [(p, TLS_FIX) for p in files]
+    found += [(p, getattr(p, "fix", TLS_FIX)) for p in files]
     if files:
         return found, []
     addresses = {host: entry["ip"] for host, entry in plan["router"]["per_host"].items()}
     problems, tls_warnings = _secrets.tls_material_problems(
         tls["cert_file"], tls["key_file"], tls.get("ca_file"), addresses)
-    return found + [(p, TLS_FIX) for p in problems], tls_warnings
+    return found + [(p, getattr(p, "fix", TLS_FIX)) for p in problems], tls_warnings
 
 
 def _model_findings(plan: dict) -> list[tuple[str, str]]:

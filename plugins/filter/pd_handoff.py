@@ -41,11 +41,17 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _pd_evidence
 
 
 def pd_handoff(log_text, request_id):
+    # Said where the filter is used, not through meta/runtime.yml: Ansible loads every filter file of a collection
+    # when a template uses any of its filters, and a routing deprecation then warned on every render and deploy.
+    Display().deprecated("vllm_omni.serve.pd_handoff is superseded: use vllm_omni.serve.pd_verdicts, which judges "
+                         "every pipeline of a host (and a distributed pipeline's processes together) in one call",
+                         version="1.0.0", collection_name="vllm_omni.serve")
     try:
         return _pd_evidence.judge(str(log_text), request_id)
     except ValueError as error:

@@ -503,34 +503,64 @@ def up(count: int, gpu_profile: str | None, releases: dict[str, str] | None = No
 
 def poweroff(name: str) -> None:
     """Stop one machine but keep its disk (overlay) and its place in the inventory."""
-    pid, init = nspawn_pid(name), init_pid(name)
-    if init is None or pid is None:
+    if init_pid(name) is None:
         sys.exit(f"lab: {name} is not running")
-    os.kill(init, signal.SIGRTMIN + 4)
-    for _round in range(100):
-        if nspawn_pid(name) is None:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(pid, signal.SIGKILL)
+    halt(name)
     log(f"{name} powered off (its disk is kept; `up` boots it again)")
+
+
+# A clean poweroff of a machine still booting, on a loaded 2-core CI runner, took longer than 10 s: then nspawn
+# was killed alone, the machine's own processes lived on in its cgroup, and `down` found the cgroup and mount busy.
+POWEROFF_GRACE_S = 60
+
+
+def halt(name: str) -> None:
+    """Power the machine off (systemd's clean poweroff); past POWEROFF_GRACE_S, kill every process in its cgroups
+    (nspawn's process group does not hold the machine's own processes) and wait until they are gone."""
+    pid, init = nspawn_pid(name), init_pid(name)
+    if init is not None:
+        os.kill(init, signal.SIGRTMIN + 4)
+    if pid is None:
+        return
+    deadline = time.monotonic() + POWEROFF_GRACE_S
+    while nspawn_pid(name) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if nspawn_pid(name) is None:
+        return
+    log(f"{name} did not power off in {POWEROFF_GRACE_S} s: killing its processes")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        members = cgroup_members(name)
+        if nspawn_pid(name) is not None:
+            members.add(pid)
+        if not members:
+            return
+        for member in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+        time.sleep(0.2)
+    sys.exit(f"lab: {name}'s processes survived SIGKILL for 30 s: {' '.join(map(str, sorted(members)))}")
+
+
+def cgroup_members(name: str) -> set[int]:
+    """Every process in the machine's cgroups, its nested ones included."""
+    members = set()
+    for top in machine_cgroups(name):
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+            with contextlib.suppress(OSError):
+                members.update(int(line) for line in procs.read_text().split())
+    return members
 
 
 def stop(name: str) -> None:
     base = machine_dir(name)
-    pid, init = nspawn_pid(name), init_pid(name)
-    if init is not None:
-        os.kill(init, signal.SIGRTMIN + 4)  # systemd: clean poweroff
-    if pid is not None:
-        for _round in range(100):
-            if nspawn_pid(name) is None:
-                break
-            time.sleep(0.1)
-        else:
-            os.killpg(pid, signal.SIGKILL)
-            time.sleep(0.5)
+    halt(name)
     merged = base / "merged"
-    if merged.exists() and is_mounted(merged):
+    for _round in range(50):  # the kernel lets go of the overlay a moment after its last process
+        if not (merged.exists() and is_mounted(merged)) or quiet(["umount", str(merged)]).returncode == 0:
+            break
+        time.sleep(0.2)
+    else:
         run(["umount", str(merged)])
     shutil.rmtree(base, ignore_errors=True)
     quiet(["ip", "link", "del", f"vb-{name}"])

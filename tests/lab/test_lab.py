@@ -42,7 +42,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (C
 
 
 def lab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LAB, *args], capture_output=True, text=True, check=True)
+    result = subprocess.run([*LAB, *args], capture_output=True, text=True, check=False)
+    shown = f"lab.py {' '.join(args)}: exit {result.returncode}\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
+    assert result.returncode == 0, shown
+    return result
 
 
 def on(host: str, command: str) -> str:

@@ -79,6 +79,9 @@ def _tls_files(kind: str, directory: Path) -> None:
     now = datetime.datetime.now(datetime.timezone.utc)
     day = datetime.timedelta(days=1)
     key, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    if kind == "rsa-1024":
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        key = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505 - the weak key refused
     ca_key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "router")])
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hostile CA")])
@@ -87,7 +90,7 @@ def _tls_files(kind: str, directory: Path) -> None:
     names = [x509.IPAddress(ipaddress.ip_address(a)) for a in sans] + [x509.DNSName("router.example")]
     start, end = {"expired": (now - 400 * day, now - day), "not-yet-valid": (now + 10 * day, now + 400 * day),
                   "expiring-soon": (now - 300 * day, now + 5 * day)}.get(kind, (now - day, now + 400 * day))
-    issuer_key = ca_key if kind in ("ok", "wrong-ca") else key
+    issuer_key = ca_key if kind in ("ok", "wrong-ca", "ca-first") else key
     cert = (x509.CertificateBuilder().subject_name(name)
             .issuer_name(ca_name if issuer_key is ca_key else name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
@@ -104,6 +107,10 @@ def _tls_files(kind: str, directory: Path) -> None:
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .sign(ca_signer, hashes.SHA256()))
     (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
+    if kind == "ca-first":  # the chain in the wrong order: the CA, then the server's own certificate
+        (directory / "cert.pem").write_bytes(ca.public_bytes(pem) + cert.public_bytes(pem))
+    if kind == "key-in-cert":  # one file with both, as some tools write it
+        (directory / "cert.pem").write_bytes(cert.public_bytes(pem) + (directory / "key.pem").read_bytes())
 
 
 def _with_files(value, files: str):

@@ -197,7 +197,15 @@ def check_max_unavailable(value: Any, name: str) -> int | str:
             return value.strip()
         raise SettingError(f"is {show(value)}, neither a count nor a percentage",
                            f'write a whole number of pipelines ({name}: 1) or a share of them ({name}: "25%")')
-    return check_int(value, name, 1, 100000)
+    if isinstance(value, float) and not isinstance(value, bool) and 0 < value < 1:
+        raise SettingError(f"is {value}, a fraction",
+                           f'write the share as a percentage ({name}: "{max(1, int(value * 100))}%") or a whole number '
+                           f"of pipelines ({name}: 1)")
+    try:
+        return check_int(value, name, 1, 100000)
+    except SettingError as error:  # the same problem, with both forms the setting takes in the fix
+        raise SettingError(error.problem, f'{error.fix.rstrip(".")}; or a share of the serving pipelines '
+                                          f'({name}: "25%")') from None
 
 
 def check_string_list(value: Any, name: str, pattern: str, what: str) -> list[str]:

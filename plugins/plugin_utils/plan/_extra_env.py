@@ -29,11 +29,15 @@ def check_extra_env(settings: dict, problems: Problems) -> None:
                      f"sets {', '.join(secret)}, which the collection writes only into each host's 0640 secrets block",
                      "remove it; set vllm_omni_api_key / engine_hf_token in Ansible Vault instead")
         return
-    owned = sorted(names & OWNED_ENV)
+    owned = sorted(names & OWNED_ENV.keys())
     if owned:
+        controls = sorted({OWNED_ENV[name] for name in owned if OWNED_ENV[name]})
+        fixed = [name for name in owned if OWNED_ENV[name] is None]
         problems.add(ALL_HOSTS, "vllm_omni_extra_env",
-                     f"sets {', '.join(owned)}, which the planner computes per pipeline",
-                     "remove them; see docs/variables.md (computed values) for the setting that controls each")
+                     f"sets {', '.join(owned)}, which the planner computes per pipeline"
+                     + (f" ({', '.join(fixed)}: always, to the same value)" if fixed else ""),
+                     "remove " + ("it" if len(owned) == 1 else "them")
+                     + (f"; set {' / '.join(controls)} instead" if controls else ""))
         return
     caches = sorted(names & MODEL_CACHE_ENV)
     if caches:

@@ -56,6 +56,16 @@ def _platform_of(where: str, wanted: str, facts: dict | None, problems: Problems
     return matched, "discovered"
 
 
+OS_FACT_FIELDS = ("distribution", "major", "version", "machine")
+
+
+def os_facts_shape_ok(facts) -> bool:
+    """What vllm_omni.serve.host_facts returns: a mapping of these four fields, each a string (or null where Ansible
+    could not read it). Anything else was set by hand, where only discovery may set it."""
+    return isinstance(facts, dict) and set(facts) == set(OS_FACT_FIELDS) \
+        and all(value is None or isinstance(value, str) for value in facts.values())
+
+
 def host_platforms(venv_hosts: dict[str, list[str]], lock_names: dict[str, str], hostvars: dict,
                    settings_of: dict[str, str], problems: Problems) -> dict[str, dict]:
     """host -> {"platform", "source"} for every host that builds a venv.
@@ -68,8 +78,14 @@ def host_platforms(venv_hosts: dict[str, list[str]], lock_names: dict[str, str],
     hosts = sorted(set().union(*members.values()))
     for host in hosts:
         where = f"host {host}"
-        picked = _platform_of(where, settings_of.get(host, _platforms.AUTO),
-                              hostvars.get(host, {}).get("vllm_omni_os_facts"), problems)
+        facts = hostvars.get(host, {}).get("vllm_omni_os_facts")
+        if facts is not None and not os_facts_shape_ok(facts):
+            problems.add(where, "vllm_omni_os_facts", "is not the output of vllm_omni.serve.host_facts (it is computed "
+                         "by discovery; an inventory must not set it)",
+                         "remove the variable from the inventory; deploy.yml discovers the OS itself, or name the "
+                         "host's platform with vllm_omni_host_platform")
+            continue
+        picked = _platform_of(where, settings_of.get(host, _platforms.AUTO), facts, problems)
         if picked is None:
             continue
         platform, source = picked

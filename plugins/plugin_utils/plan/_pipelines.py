@@ -23,14 +23,20 @@ from ._deployment import Deployment
 from ._engine_argv import argv, environment, head_argv, head_exec_stop, headless_argv
 from ._setting_groups import KvTransferSettings
 
-# What ``environment`` computes per pipeline: vllm_omni_extra_env may not set these.
-OWNED_ENV = frozenset({
-    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "VLLM_MOONCAKE_BOOTSTRAP_PORT",
-    "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_TCP_ENABLE_CONNECTION_POOL", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT",
-    "VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE",
-    "HF_HOME", "HF_HUB_OFFLINE",
-    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_TOKEN", "VLLM_PORT", "VLLM_OMNI_MODEL_SNAPSHOT",
-})
+# What ``environment`` (plan/_engine_argv.py) computes per pipeline, each with the setting that controls it (None:
+# fixed by the collection): vllm_omni_extra_env may not set these, and its refusal names that setting.
+OWNED_ENV = {
+    "CUDA_DEVICE_ORDER": None, "CUDA_VISIBLE_DEVICES": "vllm_omni_gpus", "VLLM_HOST_IP": "vllm_omni_ip",
+    "VLLM_MOONCAKE_BOOTSTRAP_PORT": "vllm_omni_bootstrap_port_base",
+    "MC_MIN_RPC_PORT": "vllm_omni_mooncake_rpc_port_range", "MC_MAX_RPC_PORT": "vllm_omni_mooncake_rpc_port_range",
+    "MC_TCP_ENABLE_CONNECTION_POOL": "vllm_omni_mooncake_protocol",
+    "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT": "vllm_omni_mooncake_abort_timeout",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "vllm_omni_ip", "VLLM_NIXL_SIDE_CHANNEL_PORT": "vllm_omni_nixl_side_channel_port_base",
+    "UCX_TCP_PORT_RANGE": "vllm_omni_nixl_ucx_port_range",
+    "HF_HOME": "vllm_omni_hf_home", "HF_HUB_OFFLINE": "vllm_omni_model_staging",
+    "VLLM_NO_USAGE_STATS": None, "DO_NOT_TRACK": None, "HF_TOKEN": "vllm_omni_hf_token",
+    "VLLM_PORT": "vllm_omni_stage_zmq_port_range", "VLLM_OMNI_MODEL_SNAPSHOT": "vllm_omni_model_revision",
+}
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
 UPSTREAM_FLAGS = frozenset({"--host", "--port", "--served-model-name"})

@@ -34,6 +34,7 @@ from . import (
     _host_platforms,
     _host_values,
     _hosts,
+    _no_effect,
     _pipelines,
     _ports,
     _services,
@@ -101,6 +102,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     _hosts.check_service_ports(groups, settings, problems)
     _hosts.check_addresses(ips, groups.all_hosts, problems)
     _validate.check_fanout_address(settings, ips, problems)
+    _validate.check_key_rotation(settings, groups.all_hosts, hostvars, problems)
     problems.raise_if_any()
 
     plan = _assemble(deployment, groups.engine_hosts, host_plans, ips)
@@ -111,7 +113,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     problems.raise_if_any()
     _add_host_sections(plan, settings, ips, problems)
     plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
-                            + _validate.no_effect_warnings(deployment, groups, ips, hostvars))
+                            + _no_effect.warnings(deployment, groups, ips, hostvars))
     return plan
 
 

@@ -161,6 +161,20 @@ TLS_MARKERS = {
     "vllm_omni_tls_key_file": ("PRIVATE KEY-----", "a PEM private key"),
     "vllm_omni_tls_ca_file": ("-----BEGIN CERTIFICATE-----", "a PEM CA certificate"),
 }
+class Refusal(str):
+    """A problem that comes with its own fix (the caller's generic TLS fix would point at the wrong thing)."""
+
+    fix: str
+
+    def __new__(cls, problem: str, fix: str):
+        refusal = super().__new__(cls, problem)
+        refusal.fix = fix
+        return refusal
+
+    def __reduce__(self):  # a result crosses from Ansible's worker to its main process pickled
+        return Refusal, (str(self), self.fix)
+
+
 TLS_FILE_MAX = 1 << 20  # a certificate chain or key is a few KiB; anything this big is the wrong file
 
 
@@ -188,6 +202,11 @@ def tls_file_problems(paths: dict[str, str | None], read=None) -> list[str]:
             continue
         if marker not in text:
             problems.append(f"{name} names {path}, which does not hold {what}")
+        elif name != "vllm_omni_tls_key_file" and "PRIVATE KEY-----" in text:
+            problems.append(Refusal(f"{name} names {path}, which also holds a private key: certificates are "
+                                    "installed readable by every user of the router host",
+                                    f"remove the private key PEM block from {path} and keep the key only in the "
+                                    "file vllm_omni_tls_key_file names"))
     return problems
 
 
@@ -265,16 +284,59 @@ def tls_material_problems(cert_path: str, key_path: str, ca_path: str | None, ad
         return [f"vllm_omni_tls_key_file ({key_path}) is encrypted with a passphrase, which nginx cannot be given"], []
     except (OSError, ValueError, Exception) as error:  # unsupported key types raise UnsupportedAlgorithm
         return [f"vllm_omni_tls_key_file ({key_path}) does not parse as a PEM private key ({type(error).__name__})"], []
-    problems = []
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
-        problems.append(f"vllm_omni_tls_key_file ({key_path}) is not the private key of the certificate in "
-                        f"vllm_omni_tls_cert_file ({cert_path}): nginx would refuse to start with the pair")
+    key_spki = key.public_key().public_bytes(*spki)
+    if key_spki != leaf.public_key().public_bytes(*spki):
+        if any(cert.public_key().public_bytes(*spki) == key_spki for cert in certs[1:]):
+            # The key's certificate is in the file, after a CA or intermediate: only the order is wrong.
+            return [Refusal(f"vllm_omni_tls_cert_file ({cert_path}) starts with "
+                            f"{leaf.subject.rfc4514_string() or 'another certificate'}, not with the certificate of "
+                            "the key in vllm_omni_tls_key_file: nginx sends the first certificate as the server "
+                            "certificate", f"reorder {cert_path}: the server certificate first, then its "
+                            "intermediates (the CA itself may be left out)")], []
+        return [f"vllm_omni_tls_key_file ({key_path}) is not the private key of the certificate in "
+                f"vllm_omni_tls_cert_file ({cert_path}): nginx would refuse to start with the pair"], []
+    problems = _strength_problems(leaf, key, cert_path)
     validity, warnings = _validity_problems(leaf, cert_path, now)
     problems += validity + _address_problems(x509, leaf, cert_path, addresses)
     if ca_path:
         problems += _issuer_problems(x509, certs, cert_path, ca_path)
     return problems, warnings
+
+
+# What the router hosts' OpenSSL 3 accepts at its default security level (2, Ubuntu 22.04+ and RHEL 9 raise it to
+# refuse less): RSA keys of 2048 bits or more, EC keys on the curves nginx offers by default, signatures by SHA-256 or
+# stronger. A weaker certificate installs and nginx starts, and every client handshake fails ("ee key too small",
+# "ca md too weak") after the engines were already changed.
+RSA_MIN_BITS = 2048
+EC_CURVES = ("secp256r1", "secp384r1", "secp521r1")
+WEAK_HASHES = ("md5", "sha1")
+
+
+def _strength_problems(leaf, key, cert_path: str) -> list[str]:
+    """The certificate's key and signature against what the router host's OpenSSL accepts."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
+    fix = ("issue a certificate with an RSA key of 2048 bits or more, or an EC key on P-256 or P-384, signed with "
+           "SHA-256, and point vllm_omni_tls_cert_file / vllm_omni_tls_key_file at it; or unset both and let the "
+           "collection make them")
+    problems = []
+    if isinstance(key, rsa.RSAPrivateKey) and key.key_size < RSA_MIN_BITS:
+        problems.append(Refusal(f"vllm_omni_tls_cert_file ({cert_path}) has a {key.key_size}-bit RSA key: OpenSSL 3 "
+                                f"on the router host refuses keys under {RSA_MIN_BITS} bits at every handshake", fix))
+    elif isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name not in EC_CURVES:
+        problems.append(Refusal(f"vllm_omni_tls_cert_file ({cert_path}) has an EC key on {key.curve.name}, which nginx "
+                                f"does not offer clients (it offers {', '.join(EC_CURVES)})", fix))
+    elif not isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey,
+                              ed448.Ed448PrivateKey)):  # DSA: TLS 1.3 cannot use it, TLS 1.2 clients no longer offer it
+        kind = type(key).__name__.strip("_").removesuffix("PrivateKey")
+        problems.append(Refusal(f"vllm_omni_tls_cert_file ({cert_path}) has a {kind} key, which TLS clients no "
+                                "longer accept", fix))
+    algorithm = leaf.signature_hash_algorithm
+    if algorithm is not None and algorithm.name in WEAK_HASHES:
+        problems.append(Refusal(f"vllm_omni_tls_cert_file ({cert_path}) is signed with {algorithm.name.upper()}, "
+                                "which OpenSSL 3 refuses at its default security level", fix))
+    return problems
 
 
 def _validity_problems(leaf, cert_path: str, now) -> tuple[list[str], list[str]]:

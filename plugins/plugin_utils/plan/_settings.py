@@ -84,3 +84,18 @@ def _setting(entry: dict) -> Setting:
 
 SETTINGS: tuple[Setting, ...] = tuple(_setting(entry) for entry in _load_yaml(DATA_DIR / "settings.yml")["settings"])
 BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+@functools.lru_cache(maxsize=1)
+def role_variables() -> dict[str, str]:
+    """Each role's own variables (its meta/argument_specs.yml; the vllm_omni_* ones are settings) -> the playbook
+    that runs the role: what a name like vllm_omni_bench_concurrency most likely meant. Read only on a miss."""
+    roles = DATA_DIR.parent / "roles"
+    playbooks = DATA_DIR.parent / "playbooks"
+    found = {}
+    for specs in sorted(roles.glob("*/meta/argument_specs.yml")):
+        role = specs.parent.parent.name
+        playbook = f"{role}.yml" if (playbooks / f"{role}.yml").is_file() else "deploy.yml"
+        for entry in (_load_yaml(specs).get("argument_specs") or {}).values():
+            found.update({name: playbook for name in entry.get("options") or {} if not name.startswith("vllm_omni_")})
+    return found

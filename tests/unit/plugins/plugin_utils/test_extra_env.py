@@ -32,7 +32,28 @@ def test_a_secret_goes_to_the_vaulted_settings_not_extra_env():
 def test_the_planners_own_variables_are_refused_with_a_pointer():
     (problem,) = problems_of({"CUDA_VISIBLE_DEVICES": "0", "VLLM_PORT": "1"})
     assert "CUDA_VISIBLE_DEVICES, VLLM_PORT, which the planner computes per pipeline" in problem[1]
-    assert "docs/variables.md" in problem[2]
+    assert problem[2] == "remove them; set vllm_omni_gpus / vllm_omni_stage_zmq_port_range instead"
+
+
+@pytest.mark.parametrize(("name", "setting"), [("UCX_TCP_PORT_RANGE", "vllm_omni_nixl_ucx_port_range"),
+                                               ("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", "vllm_omni_mooncake_abort_timeout"),
+                                               ("HF_HOME", "vllm_omni_hf_home")])
+def test_a_variable_a_setting_owns_is_refused_naming_that_setting(name, setting):
+    (problem,) = problems_of({name: "1"})
+    assert problem[2] == f"remove it; set {setting} instead"
+
+
+def test_a_variable_the_collection_fixes_says_so_and_names_no_setting():
+    (problem,) = problems_of({"DO_NOT_TRACK": "0"})
+    assert "(DO_NOT_TRACK: always, to the same value)" in problem[1] and problem[2] == "remove it"
+
+
+def test_every_owned_variable_is_one_the_planner_sets_and_names_a_real_setting():
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._pipelines import OWNED_ENV
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._settings import SETTINGS
+
+    names = {setting.name for setting in SETTINGS}
+    assert {setting for setting in OWNED_ENV.values() if setting} <= names
 
 
 def test_moving_the_model_cache_is_refused_in_favour_of_hf_home():

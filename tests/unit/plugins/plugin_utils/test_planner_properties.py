@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._settings import COMPUTED_FACTS, SETTINGS
 
 gpu_sets = st.lists(st.integers(min_value=0, max_value=15), min_size=1, max_size=16, unique=True)
 layouts = st.sampled_from([("0.26.0", "pd"), ("0.26.0", "aggregated"), ("0.30.0", "aggregated")])
@@ -88,3 +92,33 @@ def test_any_input_gives_a_plan_or_a_plan_error_never_a_traceback(garbage):
         build_plan({"engine_hosts": ["h"], "router_hosts": [], "hostvars": {"h": host_vars}})
     except PlanError as error:
         assert error.problems and all(p.problem for p in error.problems)
+
+
+# Every input type a setting can be given, very large values included: what YAML and -e can produce.
+any_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=10**18, max_value=10**40)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12) | st.text(min_size=2000, max_size=5000),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)
+# What an exception's own text looks like: a problem must never read like this.
+EXCEPTION_TEXT = re.compile(r"object has no attribute|not subscriptable|unhashable type|object is not|NoneType|"
+                            r"Traceback|invalid literal for|unsupported operand|takes \d+ positional")
+# Every name the planner reads from an inventory: each setting of the table a plan holds, and discovery's facts.
+PLANNED = sorted(s.name for s in SETTINGS if s.scope in ("host", "deployment")) + sorted(COMPUTED_FACTS - {"vllm_omni_plan"})
+
+
+@pytest.mark.parametrize("name", PLANNED)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=any_value)
+def test_every_setting_of_the_table_takes_any_value_with_a_problem_never_exception_text(name, value):
+    host_vars = {"ansible_host": "10.0.0.1", "vllm_omni_gpus": [0, 1, 2], name: value}
+    try:
+        build_plan({"engine_hosts": ["h"], "router_hosts": ["h"], "hostvars": {"h": host_vars}})
+    except PlanError as error:
+        assert error.problems
+        for problem in error.problems:
+            assert problem.problem and problem.fix is not None, problem
+            text = f"{problem.where} {problem.variable} {problem.problem} {problem.fix}"
+            assert not EXCEPTION_TEXT.search(text), text
+            assert len(text) < 3000, f"{name}: a problem of {len(text)} characters (a value shown whole?)"

@@ -290,5 +290,20 @@ def host_section(host: str, ip: str, host_plan: HostPlan | None, pipelines: list
             warnings.append(f"host {host}: GPU {gpu} skipped, busy: {why}")
     if unused:
         warnings.append(f"host {host}: GPUs {show(unused)} are left unused ({len(gpus)} usable, "
-                        f"{per_pipeline} per {deployment.layout} pipeline)")
+                        f"{per_pipeline} per {deployment.layout} pipeline: {deployment.gpu_formula}); "
+                        + _unused_gpu_advice(deployment, host_plan, len(gpus) // per_pipeline))
     return section, warnings
+
+
+def _unused_gpu_advice(deployment: Deployment, host_plan: HostPlan, fit: int) -> str:
+    """The settings that would put left-over GPUs to work, or keep them free on purpose."""
+    if host_plan.wanted != "auto" and host_plan.wanted < fit:
+        return (f"to use them: set vllm_omni_pipelines_per_host to {fit} or auto ({fit} fit; it is "
+                f"{host_plan.wanted}); or list only the GPUs to use in vllm_omni_gpus")
+    ways = [] if deployment.fewer_gpus == "use a host with more GPUs" else [deployment.fewer_gpus]
+    if deployment.distributable and not deployment.spanning:
+        ways.append("set vllm_omni_span_hosts: true (left-over GPUs of several hosts make a pipeline)")
+    elif deployment.spanning:
+        ways.append("give another host of its vllm_omni_span_group the GPUs a spanning pipeline still lacks")
+    return "to use them: " + "; ".join(ways) + "; or list only the GPUs to use in vllm_omni_gpus" if ways else \
+        "list only the GPUs to use in vllm_omni_gpus to say they are kept free"

@@ -99,7 +99,10 @@ def test_the_four_host_two_to_one_layout():
     assert [(e["host"], e["role"], e["gpus"]) for e in span["engines"]] == [
         ("gpu-a", "prefill", [6, 7]), ("gpu-b", "prefill", [6, 7]), ("gpu-c", "decode", [6, 7])]
     assert len(plan["distributed_pipelines"]) == 5 and len(plan["worker_urls"]) == 5
-    assert "host gpu-d: GPUs [6, 7] are left unused (8 usable, 6 per pd pipeline)" in plan["warnings"]
+    (unused,) = [w for w in plan["warnings"] if "left unused" in w]
+    assert unused.startswith("host gpu-d: GPUs [6, 7] are left unused (8 usable, 6 per pd pipeline: 2 prefill + 1 "
+                             "decode engines of TP 2); to use them: lower vllm_omni_tensor_parallel_size")
+    assert "vllm_omni_span_group" in unused and unused.endswith("or list only the GPUs to use in vllm_omni_gpus")
 
 
 def test_topology_keeps_each_tp_group_inside_an_nvlink_island():
@@ -169,3 +172,18 @@ def test_stand_ins_of_a_distributed_pipeline_are_a_pd_router_and_prefill_decode_
     # The stand-in decode's API is the head's to call: the pipeline's hosts only.
     api = next(r for r in plan["firewall"]["per_host"]["gpu-b"]["rules"] if r["purpose"] == "api")
     assert api["pipeline"] == "omni-span0"
+
+
+@pytest.mark.parametrize(("group_vars", "count", "advice"), [
+    ({"vllm_omni_layout": "aggregated"}, 2,
+     "to use them: set vllm_omni_pipelines_per_host to 3 or auto (3 fit; it is 2); or list only the GPUs to use "
+     "in vllm_omni_gpus"),
+    ({"vllm_omni_layout": "pd", "vllm_omni_span_hosts": False}, "auto",
+     "to use them: set vllm_omni_share_gpus: true (every stage on one GPU group); set vllm_omni_span_hosts: true "
+     "(left-over GPUs of several hosts make a pipeline); or list only the GPUs to use in vllm_omni_gpus")])
+def test_the_warning_about_left_over_gpus_names_what_would_use_them(group_vars, count, advice):
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
+                               "vllm_omni_pipelines_per_host": count}},
+                    {"vllm_omni_audio_output": False, "vllm_omni_tensor_parallel_size": 1, **group_vars})
+    (unused,) = [w for w in build_plan(inv)["warnings"] if "left unused" in w]
+    assert unused.startswith("host gpu-a: GPUs [2] are left unused (3 usable, ") and unused.endswith(advice), unused

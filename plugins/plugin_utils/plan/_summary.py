@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ._checkers import show
 
 
@@ -48,8 +50,9 @@ def _host_lines(host: str, host_plan: dict) -> list[str]:
             *(_pipeline_line(pipeline) for pipeline in pipelines)]
 
 
-def _deployment_lines(plan: dict) -> list[str]:
-    """Host platforms, distributed pipelines, the router and the Mooncake master."""
+def _deployment_lines(plan: dict, fleet: bool = False) -> list[str]:
+    """Host platforms, distributed pipelines, the router and the Mooncake master; for a ``fleet``, the first
+    GROUP_ABOVE distributed pipelines and hosts named as a range."""
     lines = []
     by_platform: dict[tuple[str, str], list[str]] = {}
     for host, platform in plan.get("host_platforms", {}).items():
@@ -57,11 +60,15 @@ def _deployment_lines(plan: dict) -> list[str]:
     for (platform, source), hosts in sorted(by_platform.items()):
         target = plan["platforms"][platform]
         lines.append(f"platform {platform} ({source}; venvs from {target['interpreter']}, Python {target['python']}, "
-                     f"glibc >= {target['glibc']}): {', '.join(hosts)}")
-    for name, pipeline in plan.get("distributed_pipelines", {}).items():
+                     f"glibc >= {target['glibc']}): " + (_names(hosts) if fleet else ", ".join(hosts)))
+    distributed = list(plan.get("distributed_pipelines", {}).items())
+    shown = distributed[:GROUP_ABOVE] if fleet else distributed
+    for name, pipeline in shown:
         lines.append(f"distributed pipeline {name}: head {pipeline['head']['host']} {pipeline['head']['url']}, "
                      f"{len(pipeline['engines'])} engines on {', '.join(pipeline['hosts'])}")
         lines += [f"  {line}" for line in pipeline["explain"]]
+    if len(shown) < len(distributed):
+        lines.append(f"... {len(distributed) - len(shown)} more distributed pipelines (plan.json has every one)")
     router = plan["router"]
     urls = ", ".join(entry["url"] for entry in router["per_host"].values())
     lines.append(f"router {urls}"
@@ -88,8 +95,60 @@ def summary_lines(plan: dict) -> list[str]:
         "computed by the collection: GPU sets, stage devices, ports, engine ids, kv_ip, environment, argv, "
         "stage configs",
     ]
-    for host, host_plan in plan["hosts"].items():
-        lines += _host_lines(host, host_plan)
-    lines += _deployment_lines(plan)
-    lines += [f"WARNING: {warning}" for warning in plan["warnings"]]
+    blocks = {host: _host_lines(host, host_plan) for host, host_plan in plan["hosts"].items()}
+    warnings = plan["warnings"]
+    if len(blocks) <= GROUP_ABOVE:
+        lines += [line for block in blocks.values() for line in block]
+    else:  # a fleet: one block a host shape, not one a host (1,000 hosts made 7,000 lines)
+        ips = {host: host_plan["ip"] for host, host_plan in plan["hosts"].items()}
+        shapes = _by_shape(blocks, ips)
+        lines += [line for _hosts, block in shapes[:GROUP_ABOVE] for line in block]
+        if len(shapes) > GROUP_ABOVE:
+            rest = sum(len(hosts) for hosts, _block in shapes[GROUP_ABOVE:])
+            lines.append(f"... {rest} more hosts in {len(shapes) - GROUP_ABOVE} more shapes (plan.json has every host)")
+        warnings = _grouped_warnings(warnings, set(blocks))
+    lines += _deployment_lines(plan, fleet=len(blocks) > GROUP_ABOVE)
+    lines += [f"WARNING: {warning}" for warning in warnings]
     return lines
+
+
+# Up to this many engine hosts the summary shows each; above, hosts of one shape share a block.
+GROUP_ABOVE = 8
+HOST, IP = "<host>", "<ip>"
+
+
+def _names(hosts: list[str]) -> str:
+    """Hosts by name, or the first three and the last of a longer list."""
+    return ", ".join(hosts) if len(hosts) <= 4 else f"{', '.join(hosts[:3])} ... {hosts[-1]}"
+
+
+def _by_shape(blocks: dict[str, list[str]], ips: dict[str, str]) -> list[tuple[list[str], list[str]]]:
+    """(hosts, lines) for each set of hosts whose lines are the same but for their own name and address, in
+    first-seen order: a host alone keeps its own lines; several share lines that say <host> and <ip>."""
+    shapes: dict[tuple[str, ...], list[str]] = {}
+    for host, block in blocks.items():
+        own = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])|(?<![\d.]){re.escape(ips[host])}(?![\d])")
+        shape = tuple(own.sub(lambda found, host=host: HOST if found.group() == host else IP, line) for line in block)
+        shapes.setdefault(shape, []).append(host)
+    grouped = []
+    for shape, hosts in shapes.items():
+        if len(hosts) == 1:
+            grouped.append((hosts, blocks[hosts[0]]))
+        else:
+            head = shape[0].replace(f"host {HOST} {IP}", f"{len(hosts)} hosts ({_names(hosts)}), each", 1)
+            grouped.append((hosts, [head, *shape[1:]]))
+    return grouped
+
+
+def _grouped_warnings(warnings: list[str], hosts: set[str]) -> list[str]:
+    """Warnings that differ only in the host they start with ("host NAME: ...") said once, with the hosts counted."""
+    grouped: dict[str, list[str]] = {}
+    for warning in warnings:
+        head, _, rest = warning.partition(": ")
+        host = head.removeprefix("host ")
+        if head.startswith("host ") and host in hosts:
+            grouped.setdefault(rest, []).append(host)
+        else:
+            grouped.setdefault(warning, [])
+    return [f"{'host' if len(found) == 1 else f'{len(found)} hosts'} {_names(found)}: {text}" if found else text
+            for text, found in grouped.items()]

@@ -1,0 +1,61 @@
+"""The plan's summary (what render and deploy print): each host of a small inventory, one block a host shape for a
+fleet, warnings that differ only in their host said once."""
+
+from __future__ import annotations
+
+import re
+
+from unitlib import inventory
+
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import GROUP_ABOVE, summary_lines
+
+
+def fleet(count: int, gpus_of=lambda index: [0, 1, 2, 3, 4, 5, 6, 7], **group_vars) -> dict:
+    # Addresses 10.0.0.1 .. 10.0.0.N: 10.0.0.1 is a prefix of 10.0.0.10-19, which must not be taken for it.
+    hosts = {f"gpu-{index:02d}": {"ansible_host": f"10.0.0.{index + 1}", "vllm_omni_gpus": gpus_of(index)}
+             for index in range(count)}
+    return inventory(hosts, {"vllm_omni_layout": "pd", **group_vars})
+
+
+def test_a_small_inventory_shows_every_host_by_name_and_address():
+    lines = summary_lines(build_plan(fleet(GROUP_ABOVE)))
+    heads = [line for line in lines if line.startswith("host gpu-")]
+    assert len(heads) == GROUP_ABOVE and heads[0].startswith("host gpu-00 10.0.0.1: GPUs [0, 1, 2, 3, 4, 5, 6, 7]")
+    assert sum(line.startswith("WARNING: host gpu-") for line in lines) == GROUP_ABOVE
+
+
+def test_a_fleet_of_one_shape_is_one_block_and_one_warning():
+    count = 20
+    lines = summary_lines(build_plan(fleet(count)))
+    (head,) = [line for line in lines if "hosts (" in line]
+    assert head == (f"{count} hosts (gpu-00, gpu-01, gpu-02 ... gpu-19), each: GPUs [0, 1, 2, 3, 4, 5, 6, 7] -> "
+                    "2 pipeline(s) x 3 GPUs, unused [6, 7]")
+    pipelines = lines[lines.index(head) + 1:lines.index(head) + 3]
+    assert [line.split(";")[-1] for line in pipelines] == [" http://<ip>:8091", " http://<ip>:8092"]
+    assert not any(line.startswith("host gpu-") for line in lines)
+    (warning,) = [line for line in lines if line.startswith("WARNING")]
+    assert warning.startswith(f"WARNING: {count} hosts gpu-00, gpu-01, gpu-02 ... gpu-19: GPUs [6, 7] are left unused")
+    assert len(lines) < 15
+
+
+def test_an_address_that_starts_like_another_is_never_cut_into_the_placeholder():
+    lines = summary_lines(build_plan(fleet(20)))
+    assert not re.search(r"<ip>\d|\d<ip>|<host>\d", "\n".join(lines))
+
+
+def test_hosts_of_another_shape_get_a_block_of_their_own_and_a_lone_host_keeps_its_name():
+    # Every host 8 GPUs but gpu-07, which has 4: two shapes, the second a host alone.
+    lines = summary_lines(build_plan(fleet(12, gpus_of=lambda index: [0, 1, 2, 3] if index == 7 else list(range(8)))))
+    assert any(line.startswith("11 hosts (gpu-00, gpu-01, gpu-02 ... gpu-11), each:") for line in lines)
+    assert any(line.startswith("host gpu-07 10.0.0.8: GPUs [0, 1, 2, 3] -> 1 pipeline(s) x 3 GPUs") for line in lines)
+    assert any(line.endswith("http://10.0.0.8:8091") for line in lines)
+
+
+def test_a_fleet_of_many_shapes_shows_the_first_and_counts_the_rest():
+    # A distinct GPU list a host: every host its own shape.
+    lines = summary_lines(build_plan(fleet(GROUP_ABOVE + 5, gpus_of=lambda index: list(range(index, index + 3)))))
+    heads = [line for line in lines if line.startswith(("host gpu-", f"{GROUP_ABOVE + 5} hosts"))]
+    assert len(heads) <= GROUP_ABOVE
+    (rest,) = [line for line in lines if line.startswith("... ")]
+    assert re.fullmatch(r"\.\.\. \d+ more hosts in \d+ more shapes \(plan\.json has every host\)", rest)

@@ -69,7 +69,7 @@ class ActionModule(ActionBase):
         """(problem, fix) of each secret as the hosts hold it, and each host's vllm_omni_api_keys as read."""
         found: list[tuple[str, str]] = []  # (problem, fix)
         keys = {host: self._read(hostvars, host, "vllm_omni_api_key") for host in hosts}
-        found += [(p, KEY_FIX) for p in _secrets.key_problems(keys, required)]
+        found += [(p, getattr(p, "fix", KEY_FIX)) for p in _secrets.key_problems(keys, required)]
         # The keys clients may send to the front door during a rotation (and every key in them).
         key_sets = {host: self._read(hostvars, host, "vllm_omni_api_keys") for host in hosts}
         frontdoor = bool(((plan or {}).get("router") or {}).get("frontdoor", {}).get("enabled", True))

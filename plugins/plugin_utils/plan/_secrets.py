@@ -49,7 +49,13 @@ def _read_values(name: str, values: dict[str, object], pattern: re.Pattern, why_
 def key_problems(keys: dict[str, object], required: bool) -> list[str]:
     """``keys``: host -> the key value (None: not set; an Exception: could not be read)."""
     problems, seen, unset = _read_values("vllm_omni_api_key", keys, API_KEY, _why_not_a_key)
-    if required:
+    if required and unset and seen:  # set where the engines are, not where the router is: a group_vars file
+        holders = sorted(host for hosts in seen.values() for host in hosts)
+        problems.append(Refusal(
+            f"vllm_omni_api_key is set on {', '.join(holders)[:80]} but not on {', '.join(unset)[:80]}",
+            "set vllm_omni_api_key once for every host, in group_vars/all.yml (vaulted): the router hosts outside "
+            "group vllm_omni do not read group_vars/vllm_omni.yml"))
+    elif required:
         problems += [f"{host} (vllm_omni_api_key is not set)" for host in unset]
     if len(seen) > 1:
         groups = "; ".join(", ".join(hosts) for hosts in seen.values())

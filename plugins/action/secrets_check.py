@@ -1,7 +1,8 @@
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 """Action: what deploy checks on the controller before any host changes (plugin_utils/plan/_secrets.py): the secrets,
-the operator's TLS material and a controller model directory. The result never holds a secret."""
+the operator's TLS material and a controller model directory. The result never holds a secret. With ``secrets:
+false`` (render.yml, which needs no vault password) only the TLS files and the model directory are checked."""
 
 from __future__ import annotations
 
@@ -51,10 +52,13 @@ class ActionModule(ActionBase):
         hosts, required = args["hosts"], args["required"]
         engine_hosts = args["engine_hosts"] or hosts
         plan = None if args["plan"] is None else plain(args["plan"])
-        found, key_sets = self._secret_findings(hostvars, hosts, engine_hosts, required, plan)
+        found: list[tuple[str, str]] = []
+        if args["secrets"]:  # off (render): only the controller's files, which need no vault password
+            found, key_sets = self._secret_findings(hostvars, hosts, engine_hosts, required, plan)
+            if plan is not None:
+                found += [(p, KEY_FIX) for p in _secrets.leaks(plan, self._secret_values(hostvars, hosts, key_sets))]
         warnings: list[str] = []
         if plan is not None:
-            found += [(p, KEY_FIX) for p in _secrets.leaks(plan, self._secret_values(hostvars, hosts, key_sets))]
             tls_found, warnings = _tls_findings(plan)
             found += tls_found + _model_findings(plan)
         for warning in warnings:

@@ -59,6 +59,7 @@ SECRETS_CHECK = {
     "engine_hosts": {"type": "list", "elements": "str"},
     "required": {"type": "bool", "default": True},
     "plan": {"type": "dict"},
+    "secrets": {"type": "bool", "default": True},
 }
 
 

@@ -11,8 +11,10 @@ Each case is written as a real inventory directory and goes through three doors:
   up, so any attempt to touch one would show).
 
 Cases with ``door: deploy`` are about what only deploy reads on the controller (secrets, which planning never
-needs, the operator's TLS files, a controller model directory): the planner and render.yml accept them, and
-deploy.yml refuses them on the controller the same way. ``controller_files`` makes such files for a case (see
+needs and render may not read without the vault): the planner and render.yml accept them, and deploy.yml refuses
+them on the controller the same way. Cases with ``door: controller`` are about the controller's files (the
+operator's TLS material, a controller model directory): the planner accepts them, and render.yml and deploy.yml
+both refuse them before anything is written or a host is touched. ``controller_files`` makes such files for a case (see
 ``make_controller_files``); ``@FILES@`` in a value is the directory they are in.
 
 Cases with ``warns`` are legal inventories with a setting that would have no effect: the planner accepts them
@@ -151,11 +153,11 @@ def in_order(text: str, fragments: list[str]) -> None:
 def problem_line(case: dict) -> str | None:
     """The one problem line for ``case``; asserts there is exactly one and it reads where -> what -> fix.
 
-    None for a deploy-door case, after checking the planner accepts it."""
+    None for a deploy- or controller-door case, after checking the planner accepts it."""
     path = write_inventory(case, Path(os.environ["HOSTILE_TMP"]) / case["id"])
-    if case.get("door") == "deploy" or "warns" in case:
+    if case.get("door") in ("deploy", "controller") or "warns" in case:
         inventory = load_ansible_inventory(path)
-    if case.get("door") == "deploy":
+    if case.get("door") in ("deploy", "controller"):
         build_plan(inventory)
         return None
     if "warns" in case:
@@ -193,7 +195,7 @@ def through_the_playbooks(cases: list[dict]) -> list[dict]:
     for case in cases:
         text = json.dumps(case, ensure_ascii=True)
         first_of_its_variable = "error" in case and case["error"][1] not in variables
-        if case.get("door") == "deploy" or "warns" in case or first_of_its_variable or \
+        if case.get("door") in ("deploy", "controller") or "warns" in case or first_of_its_variable or \
                 any(fragment in text for fragment in ANSIBLE_SENSITIVE):
             chosen.append(case)
         if "error" in case:
@@ -235,7 +237,7 @@ def test_planner_gives_one_clear_error(case):
 
 def test_the_playbook_doors_see_every_kind_of_case():
     chosen = {case["id"] for case in PLAYBOOK_CASES}
-    assert {case["id"] for case in CASES if case.get("door") == "deploy" or "warns" in case} <= chosen
+    assert {case["id"] for case in CASES if case.get("door") in ("deploy", "controller") or "warns" in case} <= chosen
     assert {case["error"][1] for case in PLAYBOOK_CASES if "error" in case} == \
         {case["error"][1] for case in CASES if "error" in case}
     assert {"hf-home-newline-injects-a-unit-line", "served-model-name-unicode", "api-key-through-an-intermediate-variable",
@@ -254,8 +256,8 @@ def test_render_and_deploy_stop_on_the_controller_with_that_error(case, tmp_path
         in_order(" ".join(render.stdout.split()), [" ".join(case["warns"][0].split())])
         return
     runs = playbook_runs(case, tmp_path)
-    refusing = ("deploy",) if line is None else ("render", "deploy")
-    if line is None:
+    refusing = ("deploy",) if case.get("door") == "deploy" else ("render", "deploy")
+    if case.get("door") == "deploy":
         render = runs["render"]
         assert render.returncode == 0, "render.yml needs no secret: " + render.stdout[-3000:]
     for name in refusing:
@@ -279,5 +281,5 @@ def test_render_and_deploy_stop_on_the_controller_with_that_error(case, tmp_path
         if name == "render":
             assert [row.split()[0] for row in rows] == ["localhost"], recap
         assert "UNREACHABLE" not in output and "unreachable=0" in recap, recap
-    if line is not None:
+    if case.get("door") != "deploy":
         assert not runs["render_dir"].exists(), "render.yml wrote a directory for a refused inventory"

@@ -167,6 +167,8 @@ TLS_MARKERS = {
     "vllm_omni_tls_key_file": ("PRIVATE KEY-----", "a PEM private key"),
     "vllm_omni_tls_ca_file": ("-----BEGIN CERTIFICATE-----", "a PEM CA certificate"),
 }
+
+
 class Refusal(str):
     """A problem that comes with its own fix (the caller's generic TLS fix would point at the wrong thing)."""
 

@@ -144,7 +144,7 @@ def _grouped_warnings(warnings: list[str], hosts: set[str]) -> list[str]:
     """Warnings that differ only in the host they start with ("host NAME: ...") said once, with the hosts counted."""
     grouped: dict[str, list[str]] = {}
     for warning in warnings:
-        head, _, rest = warning.partition(": ")
+        head, _colon, rest = warning.partition(": ")
         host = head.removeprefix("host ")
         if head.startswith("host ") and host in hosts:
             grouped.setdefault(rest, []).append(host)

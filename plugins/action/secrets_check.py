@@ -14,7 +14,7 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options im
     checked_options,
     refusal,
 )
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts, _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _artifacts, _secrets, _tls_material
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
@@ -104,12 +104,12 @@ def _tls_findings(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
     tls = ((plan.get("router") or {}).get("frontdoor") or {}).get("tls") or {}
     if not (tls.get("source") == "provided" and plan["router"]["frontdoor"].get("enabled", True)):
         return found, []
-    files = _secrets.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
+    files = _tls_material.tls_file_problems({setting: tls.get(field) for field, setting in TLS_SETTINGS.items()})
     found += [(p, getattr(p, "fix", TLS_FIX)) for p in files]
     if files:
         return found, []
     addresses = {host: entry["ip"] for host, entry in plan["router"]["per_host"].items()}
-    problems, tls_warnings = _secrets.tls_material_problems(
+    problems, tls_warnings = _tls_material.tls_material_problems(
         tls["cert_file"], tls["key_file"], tls.get("ca_file"), addresses)
     return found + [(p, getattr(p, "fix", TLS_FIX)) for p in problems], tls_warnings
 

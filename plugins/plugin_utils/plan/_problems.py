@@ -34,6 +34,21 @@ class Problem:
         return text
 
 
+class Refusal(str):
+    """A problem line that carries its own fix, where the caller's fix for its kind would point at the wrong thing
+    (the controller's checks of secrets and TLS files, which report lines, not ``Problem``s)."""
+
+    fix: str
+
+    def __new__(cls, problem: str, fix: str):
+        refusal = super().__new__(cls, problem)
+        refusal.fix = fix
+        return refusal
+
+    def __reduce__(self):  # a result crosses from Ansible's worker to its main process pickled
+        return Refusal, (str(self), self.fix)
+
+
 class PlanError(Exception):
     """The inventory cannot be planned. ``problems`` lists every reason; nothing was changed."""
 

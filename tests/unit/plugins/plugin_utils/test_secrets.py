@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _secrets, _tls_material
 
 KEY = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -36,8 +36,8 @@ def test_tls_files_must_be_there_and_pem_of_their_kind(tmp_path):
     key.write_text("-----BEGIN EC PRIVATE KEY-----\nsecret-bytes\n-----END EC PRIVATE KEY-----\n")
     other.write_text("secret-bytes are not a certificate\n")
     ok = {"vllm_omni_tls_cert_file": str(cert), "vllm_omni_tls_key_file": str(key), "vllm_omni_tls_ca_file": None}
-    assert _secrets.tls_file_problems(ok) == []
-    problems = _secrets.tls_file_problems({"vllm_omni_tls_cert_file": str(key),
+    assert _tls_material.tls_file_problems(ok) == []
+    problems = _tls_material.tls_file_problems({"vllm_omni_tls_cert_file": str(key),
                                            "vllm_omni_tls_key_file": str(tmp_path / "missing.key"),
                                            "vllm_omni_tls_ca_file": str(other)})
     assert problems == [
@@ -131,9 +131,9 @@ def _pair(tmp_path, days_left: int, sans=("10.0.0.1",)):
 
 def test_tls_material_good_soon_expiring_and_missing_a_router(tmp_path):
     cert, key = _pair(tmp_path, 400)
-    assert _secrets.tls_material_problems(cert, key, None, {"r1": "10.0.0.1"}) == ([], [])
+    assert _tls_material.tls_material_problems(cert, key, None, {"r1": "10.0.0.1"}) == ([], [])
     cert, key = _pair(tmp_path, 5, sans=("10.0.0.1",))
-    problems, warnings = _secrets.tls_material_problems(cert, key, None, {"r1": "10.0.0.1", "r2": "10.0.0.2"})
+    problems, warnings = _tls_material.tls_material_problems(cert, key, None, {"r1": "10.0.0.1", "r2": "10.0.0.2"})
     assert problems == [f"vllm_omni_tls_cert_file ({cert}) does not name r2 10.0.0.2 as an IP subjectAltName: "
                         "clients and the collection's checks connect to each router host by its address"]
     assert len(warnings) == 1 and "expires on" in warnings[0] and "in 4 days" in warnings[0]

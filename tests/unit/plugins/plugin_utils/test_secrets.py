@@ -38,8 +38,8 @@ def test_tls_files_must_be_there_and_pem_of_their_kind(tmp_path):
     ok = {"vllm_omni_tls_cert_file": str(cert), "vllm_omni_tls_key_file": str(key), "vllm_omni_tls_ca_file": None}
     assert _tls_material.tls_file_problems(ok) == []
     problems = _tls_material.tls_file_problems({"vllm_omni_tls_cert_file": str(key),
-                                           "vllm_omni_tls_key_file": str(tmp_path / "missing.key"),
-                                           "vllm_omni_tls_ca_file": str(other)})
+                                                "vllm_omni_tls_key_file": str(tmp_path / "missing.key"),
+                                                "vllm_omni_tls_ca_file": str(other)})
     assert problems == [
         f"vllm_omni_tls_ca_file names {other}, which does not hold a PEM CA certificate",
         f"vllm_omni_tls_cert_file names {key}, which does not hold a PEM certificate",

@@ -12,6 +12,7 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options im
     checked_options,
     refusal,
 )
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _controller_files
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
@@ -42,6 +43,13 @@ class ActionModule(ActionBase):
                                            f"{error.strerror or error} -> make it writable, or point VLLM_OMNI_CACHE "
                                            "at a writable directory")
             return result
+        if args["controller_files"]:  # render: what deploy's first play refuses on the controller, in this call
+            found, warnings = _controller_files.findings(plan)
+            for warning in warnings:
+                self._display.warning(warning)
+            if found:
+                result.update(failed=True, msg=_controller_files.message(found))
+                return result
         limit = {"limited": limited is not None}
         if limited is not None:
             engine_and_services = sorted(inventory["hostvars"])

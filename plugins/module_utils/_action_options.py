@@ -38,6 +38,7 @@ DEPLOYMENT_PLAN = {
     "discovery_cache": {"type": "bool", "default": False},
     "run_hosts": {"type": "list", "elements": "str"},
     "as_fact": {"type": "bool", "default": True},
+    "controller_files": {"type": "bool", "default": False},
 }
 RENDER_PLAN = {
     "plan": {"type": "dict", "required": True},
@@ -59,7 +60,6 @@ SECRETS_CHECK = {
     "engine_hosts": {"type": "list", "elements": "str"},
     "required": {"type": "bool", "default": True},
     "plan": {"type": "dict"},
-    "secrets": {"type": "bool", "default": True},
 }
 
 

@@ -45,6 +45,12 @@ options:
         a host's facts each time its C(hostvars) are read, and a fleet's plan is large (23 MB at 1,024 hosts x 8 GPUs).
     type: bool
     default: true
+  controller_files:
+    description:
+      - Also check the controller's files the plan names (the operator's TLS material, a controller model
+        directory) as deploy's first play does, in this call: render.yml refuses what deploy would.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full

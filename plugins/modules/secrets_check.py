@@ -43,12 +43,6 @@ options:
   plan:
     description: The plan to search for secret values (and whose front door TLS files to check).
     type: dict
-  secrets:
-    description:
-      - Read and check the secrets. V(false) checks only the controller's files (the TLS material and a model
-        directory), which need no vault password; render.yml judges them as deploy does.
-    type: bool
-    default: true
 extends_documentation_fragment:
   - vllm_omni.serve.attributes.read_only
 author:

@@ -23,6 +23,8 @@ KEY_FIX = ("keep secrets in Ansible Vault and refer to them only from vllm_omni_
            "(docs/security.md)")
 HF_FIX = ("set vllm_omni_hf_token once for the deployment (group_vars), in Ansible Vault and without a trailing "
           "newline: ansible-vault encrypt_string -n vllm_omni_hf_token 'hf_...'")
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 

@@ -48,7 +48,7 @@ options:
   controller_files:
     description:
       - Also check the controller's files the plan names (the operator's TLS material, a controller model
-        directory) as deploy's first play does, in this call: render.yml refuses what deploy would.
+        directory) as deploy's first play does, in this call, so that render.yml refuses what deploy would.
     type: bool
     default: false
 attributes:

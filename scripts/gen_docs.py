@@ -193,6 +193,30 @@ def platforms_md() -> str:
     return "\n".join(lines)
 
 
+def packages_md() -> str:
+    """docs/platforms.md's table of the distribution packages each part installs, per platform (data/platforms.yml)."""
+    platforms = _platforms.platform_ids()
+    by_platform = {platform: _platforms.packages(platform) for platform in platforms}
+    parts = list(dict.fromkeys(part for packages in by_platform.values() for part in packages))
+    lines = ["| Part (on which hosts) | " + " | ".join(f"`{p}`" for p in platforms) + " |",
+             "| --- |" + " --- |" * len(platforms)]
+    for part in parts:
+        cells = [", ".join(f"`{name}`" for name in by_platform[p].get(part, [])) or "-" for p in platforms]
+        lines.append(f"| {PACKAGE_PARTS.get(part, part)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# Where each part of data/platforms.yml's packages is installed (docs/platforms.md).
+PACKAGE_PARTS = {
+    "artifacts": "artifacts (every host: rsync for the fan-out)",
+    "firewall": "firewall (every host, with vllm_omni_firewall_enabled)",
+    "frontdoor": "frontdoor (router hosts, with vllm_omni_frontdoor_enabled)",
+    "monitoring": "monitoring (monitoring hosts, with vllm_omni_monitoring_enabled)",
+    "mooncake": "mooncake (engine hosts unless NIXL moves the KV; Mooncake master hosts)",
+    "mooncake_rdma": "mooncake_rdma (the same hosts, with vllm_omni_mooncake_protocol rdma)",
+}
+
+
 def _cell(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text.replace("|", "\\|").replace("\n", " ")
@@ -228,7 +252,8 @@ def main() -> int:
     readme = REPO / "README.md"
     outputs[readme] = replace_block(readme.read_text(), "support-matrix", support_matrix_md())
     platforms = REPO / "docs" / "platforms.md"
-    outputs[platforms] = replace_block(platforms.read_text(), "platforms", platforms_md(), "docs/platforms.md")
+    outputs[platforms] = replace_block(replace_block(platforms.read_text(), "platforms", platforms_md(), "docs/platforms.md"),
+                                       "packages", packages_md(), "docs/platforms.md")
     for role in sorted((REPO / "roles").iterdir()):
         role_readme = role / "README.md"
         if not role_readme.is_file():

@@ -12,10 +12,36 @@ from ansible.utils.display import Display
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import OptionsError, checked_options, refusal
 from ansible_collections.vllm_omni.serve.plugins.module_utils._health import ARGUMENT_SPEC, incomplete
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import health_wait_line, pause_before_next_look
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._progress import (
+    health_wait_line,
+    pause_before_next_look,
+    stall_message,
+    start_progress,
+)
 
 display = Display()
 PROGRESS_JOURNAL_LINES = 20
+
+
+class Progress:
+    """When each waiting target last made progress (start_progress changed); which have gone ``stall_timeout``
+    seconds without (0: never)."""
+
+    def __init__(self, stall_timeout: int):
+        self.stall_timeout = stall_timeout
+        self.last: dict[str, tuple[str, float]] = {}  # target name -> (what it had got to, since when)
+
+    def stalled(self, waiting: list[dict], elapsed: float) -> list[tuple[dict, float]]:
+        found = []
+        for target in waiting:
+            now = start_progress(target["journal"])
+            was, since = self.last.get(target["name"], (None, elapsed))
+            if now != was:
+                since = elapsed
+            self.last[target["name"]] = (now, since)
+            if self.stall_timeout > 0 and elapsed - since >= self.stall_timeout:
+                found.append((target, elapsed - since))
+        return found
 
 
 class ActionModule(ActionBase):
@@ -36,7 +62,8 @@ class ActionModule(ActionBase):
         if missing:
             return {**result, "failed": True, "msg": f"{host}: health_wait targets {', '.join(missing)} lack a name, "
                                                      "unit or health_url (the plan's whole URL)"}
-        numbers = {name: args[name] for name in ("timeout", "delay", "progress_interval", "journal_lines")}
+        numbers = {name: args[name] for name in ("timeout", "delay", "progress_interval", "journal_lines",
+                                                 "stall_timeout")}
         outcome, elapsed = self._wait(args, host, numbers, task_vars)
         if outcome is None:
             outcome = self._after_timeout(args, host, numbers, task_vars, elapsed)
@@ -47,6 +74,7 @@ class ActionModule(ActionBase):
         look), or the timeout passes with targets still waiting (None); and the seconds it took."""
         timeout, delay, interval = numbers["timeout"], max(1, numbers["delay"]), numbers["progress_interval"]
         started, shown = time.monotonic(), 0.0
+        progress = Progress(numbers["stall_timeout"])
         while True:
             seen = self._look(args, PROGRESS_JOURNAL_LINES, task_vars)
             elapsed = time.monotonic() - started
@@ -63,6 +91,10 @@ class ActionModule(ActionBase):
             waiting = [target for target in seen["targets"] if not target["healthy"]]
             if not waiting:
                 return {"changed": False, "targets": seen["targets"], "waited": round(elapsed, 1)}, elapsed
+            stalled = progress.stalled(waiting, elapsed)
+            if stalled:
+                msg = " ".join(stall_message(host, target, since, numbers["stall_timeout"]) for target, since in stalled)
+                return {"failed": True, "msg": msg, "targets": seen["targets"], "waited": round(elapsed, 1)}, elapsed
             if elapsed >= timeout:
                 return None, elapsed
             if elapsed - shown >= interval:

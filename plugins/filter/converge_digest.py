@@ -11,14 +11,10 @@ description:
   - SHA-256 over the plan, every file of the collection a deploy runs (plugins, roles, playbooks, data, meta),
     the front door's TLS material on the controller and the listing (names, sizes, change times) of a model
     directory the operator stages from. A generated front-door certificate that a deploy would renew
-    (within I(renew_days)) makes it differ from the last record, so that deploy runs. Each host's operator
+    (within the plan's renewal window, C(vllm_omni_tls_certificate_renew_days)) makes it differ from the last
+    record, so that deploy runs. Each host's operator
     variables are added by the P(vllm_omni.serve.converge_state#module) action.
   - Computed once per run, on the controller.
-options:
-  renew_days:
-    description: The front door's renewal window (the frontdoor role's C(frontdoor_certificate_renew_days)).
-    type: int
-    default: 30
 extends_documentation_fragment:
   - vllm_omni.serve.plan_input
 """
@@ -26,7 +22,7 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Converge | the digest of what this deploy is made from
   ansible.builtin.set_fact:
-    converge_fleet_digest: "{{ vllm_omni_plan | vllm_omni.serve.converge_digest(30) }}"
+    converge_fleet_digest: "{{ vllm_omni_plan | vllm_omni.serve.converge_digest }}"
   delegate_to: localhost
   delegate_facts: true
   run_once: true
@@ -44,11 +40,11 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory im
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._converge import fleet_digest
 
 
-def converge_digest(plan, renew_days=30):
+def converge_digest(plan):
     if not isinstance(plan, dict) or "artifacts" not in plan:
         raise AnsibleFilterError("converge_digest expects the plan as input")
     try:
-        return fleet_digest(plain(plan), int(renew_days))
+        return fleet_digest(plain(plan))
     except OSError as error:
         raise AnsibleFilterError(f"converge_digest: cannot read {error.filename}: {error.strerror}") from None
 

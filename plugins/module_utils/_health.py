@@ -50,6 +50,7 @@ ARGUMENT_SPEC = {
     "progress_interval": {"type": "int", "default": 15},
     "journal_lines": {"type": "int", "default": 40},
     "request_timeout": {"type": "int", "default": 5},
+    "stall_timeout": {"type": "int", "default": 0},
 }
 
 

@@ -16,6 +16,9 @@ description:
     cache, capturing CUDA graphs, starting the API server), followed by the journal's newest line.
   - When the time is up it fails with one message per target that did not answer, naming the host, the target,
     its unit and URL, and the unit's last I(journal_lines) journal lines.
+  - With I(stall_timeout), a target whose start makes no progress for that long fails the wait at once, naming the
+    phase it is stuck in (and its stage), instead of waiting out I(timeout). Progress is a new start-up milestone
+    or percentage in its journal, or before the first milestone a new newest line; a restart of its unit counts.
   - Runs as an action on the controller that repeats one look on the host (this module), 1 s apart
     at first, slowing to every I(delay) seconds as the wait grows (a restart up in two seconds is seen then).
 options:
@@ -43,6 +46,11 @@ options:
     description: Seconds one request may take.
     type: int
     default: 5
+  stall_timeout:
+    description: Seconds a target may go without progress before the wait fails naming its phase; 0 waits for
+      I(timeout) only.
+    type: int
+    default: 0
 attributes:
   action:
     support: full

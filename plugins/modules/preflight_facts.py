@@ -15,7 +15,8 @@ description:
   - Listening TCP sockets, read from C(/proc/net/tcp*) (no C(ss) needed), with the process and, for this
     collection's own services, the systemd unit that owns them; free disk below given paths, PID 1's locked-memory limit, clock
     synchronisation, RDMA devices, the version of the Python the venvs are built with (and whether it can make
-    a venv), the C library, and the service manager.
+    a venv), the C library, the service manager, and whether the distribution packages the host needs are
+    installed or installable from its own package sources.
 options:
   paths:
     description: Paths whose filesystems' free space to report (the nearest existing parent is used).
@@ -37,6 +38,13 @@ options:
       - The deployment's unit names (the plan's C(own_units); C(name@.service) stands for every instance). A
         listening socket of a process in one of them is reported with that unit, so preflight does not count the
         deployment's own services as port conflicts.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description:
+      - Distribution packages the host needs (the plan's C(os_packages)); each is reported installed, installable
+        (the host's package sources offer it - apt's local lists, or dnf), or unavailable.
     type: list
     elements: str
     default: []
@@ -98,6 +106,10 @@ nft:
   description: Path of the C(nft) binary (the firewall role's tool), or null when it is not installed.
   type: str
   returned: always
+packages:
+  description: Each of I(packages) -> C(installed), C(installable), C(unavailable), or C(unknown) (no dpkg or rpm).
+  type: dict
+  returned: always
 """
 
 import ctypes
@@ -109,6 +121,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._host import owner_unit, parse_proc_net_tcp
+from ansible_collections.vllm_omni.serve.plugins.module_utils._packages import package_states
 
 LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
 
@@ -193,7 +206,8 @@ def main():
     module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "default": []},
                                           "rdma": {"type": "bool", "default": False},
                                           "own_units": {"type": "list", "elements": "str", "default": []},
-                                          "python": {"type": "path", "default": "/usr/bin/python3"}},
+                                          "python": {"type": "path", "default": "/usr/bin/python3"},
+                                          "packages": {"type": "list", "elements": "str", "default": []}},
                            supports_check_mode=True)
     listening = listening_sockets(module.params["own_units"])
     disk = {}
@@ -220,7 +234,8 @@ def main():
                      clock_synchronized=clock, rdma_devices=rdma, python_version=python, python_venv=can_venv,
                      glibc=libc_version if libc == "glibc" and libc_version else None, machine=platform.machine(),
                      systemd=os.path.isdir("/run/systemd/system"),
-                     nft=module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]))
+                     nft=module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]),
+                     packages=package_states(module, module.params["packages"]))
 
 
 if __name__ == "__main__":

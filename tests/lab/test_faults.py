@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +194,44 @@ def test_an_upgrade_whose_pipeline_answers_wrong_is_stopped_by_the_answer_check_
     assert "The previous version was restored, is healthy and back in the router; the rollout stops here" in result.stdout
     assert env_mark("lab-2", "omni0") != 'ROLLOUT_MARK="4"'
     assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() == "active"
+
+
+# A stand-in stuck where vLLM #55114 leaves a real producer: it prints the engine's Mooncake line and never serves.
+HANGING_START = """import sys, time
+if sys.argv and sys.argv[0].endswith("xpyd-sim"):
+    print("(StageEngineCoreProc_stage1_replica0 pid=948) INFO 12-06 10:00:01 [mooncake_connector.py:210] "
+          "Initializing Mooncake Transfer Engine worker, bootstrap 10.77.0.12:9101", flush=True)
+    while True:
+        time.sleep(3600)
+"""
+
+
+def test_a_start_stuck_in_one_phase_fails_the_deploy_within_the_stall_bound_naming_stage_and_phase(two_hosts):
+    """Bounded starts: lab-2's stand-in hangs after the engine's Mooncake line (a sitecustomize only lab-2 has).
+    The deploy's health wait fails once the stand-in made no progress for vllm_omni_start_stall_timeout (30 s),
+    naming the stage and phase, instead of waiting out the 1,800 s health timeout; the roll restores lab-2, and the
+    deploy (limited to lab-2) leaves the fleet as the inventory has it."""
+    on("lab-2", "mkdir -p /opt/hanging-start")
+    put("lab-2", "/opt/hanging-start/sitecustomize.py", HANGING_START)
+    started = time.monotonic()
+    try:
+        hung = two_hosts(vllm_omni_start_stall_timeout=30,
+                         vllm_omni_extra_env={"ROLLOUT_MARK": "5", "PYTHONPATH": "/opt/hanging-start"})
+        # lab-2 only: lab-1 keeps the fleet's environment, and the restored lab-2 is back to it too.
+        result = playbook("deploy.yml", hung, "--limit", "lab-2", check=False)
+    finally:
+        on("lab-2", "rm -rf /opt/hanging-start")
+    took = time.monotonic() - started
+    assert result.returncode != 0, result.stdout[-4000:]
+    found = re.search(r"lab-2/omni0 \(vllm-omni@omni0\.service\) made no progress for (\d+) s \(bound 30 s", result.stdout)
+    assert found, result.stdout[-6000:]
+    assert 30 <= int(found.group(1)) <= 40
+    assert "stuck at: stage 1: setting up the KV transfer (Mooncake); its newest line: Initializing Mooncake " \
+           "Transfer Engine worker, bootstrap 10.77.0.12:9101" in result.stdout
+    assert "The previous version was restored, is healthy and back in the router" in result.stdout
+    assert on("lab-2", "systemctl is-active vllm-omni@omni0").strip() == "active"
+    assert took < 600, took  # the health timeout (1,800 s) was not waited out
+    record("bounded_start", stall_timeout_s=30, stalled_for_s=int(found.group(1)), deploy_s=round(took, 1))
 
 
 def test_killed_pipeline_is_restarted_and_routed_around(two_hosts):

@@ -67,6 +67,11 @@ def target(platform_id: str) -> dict:
     }
 
 
+def packages(platform_id: str) -> dict[str, list[str]]:
+    """The distribution packages each part of the collection installs on a host of the platform (part -> names)."""
+    return {part: list(names) for part, names in _table()["platforms"][platform_id]["packages"].items()}
+
+
 def version_tuple(text: str | None) -> tuple[int, ...]:
     """``"2.36"`` -> ``(2, 36)``; ``"580.65.06"`` -> ``(580, 65, 6)``; unparsable parts stop the tuple."""
     parts = []

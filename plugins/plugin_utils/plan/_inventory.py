@@ -20,7 +20,7 @@ from typing import Any
 
 from ._hosts import ENGINE_GROUP, MASTER_GROUP, MONITORING_GROUP, ROUTER_GROUP
 from ._problems import PlanError, Problem, merge_hosts
-from ._settings import COMPUTED_FACTS, SECRET, SETTINGS
+from ._settings import COMPUTED_FACTS, REMOVED_SETTINGS, SECRET, SETTINGS
 
 # Secrets are never templated here (no vault password needed to plan or render): only their presence.
 SECRET_NAMES = frozenset(s.name for s in SETTINGS if s.scope == SECRET)
@@ -125,7 +125,8 @@ def inventory_from_hostvars(hostvars: Any, groups: Any) -> dict:
                 selected[name] = PRESENT
                 continue
             if name not in READ:
-                if _looks_like_a_setting(name) and name not in COMPUTED_FACTS and name not in PLAY_FACTS:
+                if (_looks_like_a_setting(name) or name in REMOVED_SETTINGS) and name not in COMPUTED_FACTS \
+                        and name not in PLAY_FACTS:
                     selected[name] = NOT_READ
                 continue
             try:

@@ -83,10 +83,17 @@ def _feature_unused(context: Deployment) -> list[tuple[str, str]]:
                     "listens on vllm_omni_router_port)"),
                    ("vllm_omni_alert_certificate_days", "vllm_omni_frontdoor_enabled is false (no certificate to "
                     "watch)")]
+    if not settings["vllm_omni_frontdoor_enabled"] or settings["vllm_omni_tls_cert_file"] is not None:
+        why = ("vllm_omni_frontdoor_enabled is false" if not settings["vllm_omni_frontdoor_enabled"] else
+               "vllm_omni_tls_cert_file is set: the collection makes no certificate (renew your own, then deploy)")
+        unused += [(name, why) for name in ("vllm_omni_tls_certificate_days", "vllm_omni_tls_certificate_renew_days")]
     if not settings["vllm_omni_monitoring_enabled"]:
         unused += [(name, "vllm_omni_monitoring_enabled is false (no Prometheus scrapes or evaluates alert rules)")
                    for name in ("vllm_omni_prometheus_port", "vllm_omni_monitoring_client_cidrs",
                                 "vllm_omni_alert_ttft_seconds", "vllm_omni_alert_certificate_days")]
+    if settings["vllm_omni_start_stall_timeout"] >= settings["vllm_omni_init_timeout"]:
+        unused.append(("vllm_omni_start_stall_timeout", f"it is not below vllm_omni_init_timeout "
+                       f"({settings['vllm_omni_init_timeout']} s), whose end comes first"))
     if not settings["vllm_omni_firewall_enabled"]:
         unused += [(name, "vllm_omni_firewall_enabled is false, so no rule reads it (every address gets through)")
                    for name in ("vllm_omni_router_client_cidrs", "vllm_omni_monitoring_client_cidrs")]

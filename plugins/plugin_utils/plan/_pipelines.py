@@ -93,7 +93,7 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": _locks.simulator_packages(),
                 "lock": _locks.simulator_lock(), "venv": _names.venv_dir(root, f"xpyd-sim-{version}"),
-                "stand_in": True, "kv_connector": None, "engine_plugin": None}
+                "stand_in": True, "kv_connector": None, "engine_plugin": None, "start": start_bounds(settings)}
     transport = settings["vllm_omni_kv_connector"] if settings["vllm_omni_layout"] == "pd" else None
     kv_connector = engine.kv_connector(transport) if transport else None
     if kv_connector:
@@ -107,7 +107,12 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
     return {"name": "engine", "packages": _locks.engine_packages(engine, transport),
             "lock": _locks.engine_lock(engine, transport),
             "venv": _names.venv_dir(root, f"vllm-omni-{engine.version}"), "stand_in": False,
-            "kv_connector": kv_connector, "engine_plugin": plugin}
+            "kv_connector": kv_connector, "engine_plugin": plugin, "start": start_bounds(settings)}
+
+
+def start_bounds(settings: dict) -> dict:
+    """How long the health wait gives a (re)started pipeline: in all, and without progress in its journal."""
+    return {"timeout": settings["vllm_omni_init_timeout"], "stall_timeout": settings["vllm_omni_start_stall_timeout"]}
 
 
 def mooncake_package(cuda_major: int | None) -> str:

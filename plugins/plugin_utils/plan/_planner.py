@@ -35,6 +35,7 @@ from . import (
     _host_values,
     _hosts,
     _no_effect,
+    _os_packages,
     _pipelines,
     _ports,
     _services,
@@ -110,6 +111,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     problems.raise_if_any()
     _add_services(plan, settings, groups, ips)
     _add_platforms(plan, hostvars, problems)
+    plan["os_packages"] = _os_packages.os_packages(plan, settings, hostvars, problems)
     problems.raise_if_any()
     _add_host_sections(plan, settings, ips, problems)
     plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)

@@ -49,7 +49,6 @@ def frontdoor_plan(settings: dict) -> dict:
     enabled, provided, ca_file = door.enabled, door.tls_cert_file is not None, door.tls_ca_file
     return {
         "enabled": enabled,
-        "package": "nginx",
         "service": _names.FRONTDOOR_UNIT,
         "config": _names.FRONTDOOR_CONFIG,
         # Debian's package enables a welcome page on port 80; the role takes that link away (see its README).
@@ -64,8 +63,11 @@ def frontdoor_plan(settings: dict) -> dict:
         "metrics": _names.FRONTDOOR_METRICS,
         "access_log": _names.FRONTDOOR_ACCESS_LOG,
         # provided: the operator's files on the controller; generated: the collection's CA (frontdoor role).
+        # certificate_days, renew_days: the certificates the collection makes (None for the operator's own).
         "tls": {"source": "provided" if provided else "generated", "cert_file": door.tls_cert_file,
-                "key_file": door.tls_key_file, "ca_file": ca_file} if enabled else None,
+                "key_file": door.tls_key_file, "ca_file": ca_file,
+                "certificate_days": None if provided else door.tls_certificate_days,
+                "renew_days": None if provided else door.tls_certificate_renew_days} if enabled else None,
     }
 
 

@@ -131,6 +131,8 @@ class FrontDoorSettings(_Group):
     tls_cert_file: str | None  # None: the collection makes the certificate
     tls_key_file: str | None
     tls_ca_file: str | None
+    tls_certificate_days: int  # the certificates the collection makes (tls_cert_file None)
+    tls_certificate_renew_days: int
 
 
 @dataclass(frozen=True)

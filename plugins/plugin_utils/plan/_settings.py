@@ -30,9 +30,15 @@ SECRET = "secret"  # noqa: S105 - a scope name: read by the roles on the hosts o
 # pass and are not user settings.
 COMPUTED_FACTS = frozenset({"vllm_omni_plan", "vllm_omni_gpu_facts", "vllm_omni_os_facts"})
 
-# Removed or renamed settings: name -> message. Empty until a release renames something;
-# the check runs regardless so a rename never silently drops a user's value.
-REMOVED_SETTINGS: dict[str, str] = {}
+# Removed or renamed settings; the check runs before any host is contacted, so a rename never
+# silently drops a user's value.
+REMOVED_SETTINGS: dict[str, tuple[str, str]] = {  # name -> (what became of it, what to write instead)
+    "frontdoor_certificate_days": ("it is the setting vllm_omni_tls_certificate_days now, checked with the others "
+                                   "before any host is contacted", "write vllm_omni_tls_certificate_days instead"),
+    "frontdoor_certificate_renew_days": ("it is the setting vllm_omni_tls_certificate_renew_days now, checked with "
+                                         "the others before any host is contacted",
+                                         "write vllm_omni_tls_certificate_renew_days instead"),
+}
 
 
 # --- the table (data/settings.yml) -----------------------------------------------------------

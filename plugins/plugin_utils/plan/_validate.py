@@ -55,7 +55,8 @@ def check_names(host: str, variables: dict, problems: Problems) -> None:
                          "case-sensitive, so it would be ignored", f"write {lowered[0]}")
             continue
         if name in REMOVED_SETTINGS:
-            problems.add(host_where(host), name, f"was removed: {REMOVED_SETTINGS[name]}")
+            became, fix = REMOVED_SETTINGS[name]
+            problems.add(host_where(host), name, f"was removed: {became}", fix)
             continue
         if name.startswith("vllm_omni_"):
             bare, guess = name.removeprefix("vllm_omni_"), _close_match(name, 0.6)
@@ -210,6 +211,27 @@ def check_tls(settings: dict, problems: Problems) -> None:
         problems.add(ALL_HOSTS, "vllm_omni_tls_ca_file", "is set without vllm_omni_tls_cert_file: the collection's "
                      "own CA signs the certificates it makes", "set vllm_omni_tls_cert_file and vllm_omni_tls_key_file "
                      "too, or remove vllm_omni_tls_ca_file")
+    if cert is None and key is None and settings["vllm_omni_frontdoor_enabled"]:
+        check_renewal_window(settings, problems)
+
+
+def check_renewal_window(settings: dict, problems: Problems) -> None:
+    """The certificates the collection makes: renewed before they expire, not at every deploy, and the expiry alert
+    no earlier than the renewal (else it fires for weeks and no deploy clears it)."""
+    days, renew = settings["vllm_omni_tls_certificate_days"], settings["vllm_omni_tls_certificate_renew_days"]
+    alert = settings["vllm_omni_alert_certificate_days"]
+    if renew >= days:
+        problems.add(ALL_HOSTS, "vllm_omni_tls_certificate_renew_days",
+                     f"is {renew}, not below vllm_omni_tls_certificate_days ({days}): every certificate the "
+                     "collection makes would be due for renewal as soon as it is made, and every deploy would make it "
+                     "again and reload nginx", f"choose a window below {days} days (default 30), or raise "
+                     "vllm_omni_tls_certificate_days")
+    elif settings["vllm_omni_monitoring_enabled"] and alert > renew:
+        problems.add(ALL_HOSTS, "vllm_omni_alert_certificate_days",
+                     f"is {alert}, longer than the renewal window vllm_omni_tls_certificate_renew_days ({renew}): "
+                     f"VllmOmniCertificateExpiresSoon would fire for {alert - renew} days before any deploy renews "
+                     "the certificate, and no deploy clears it",
+                     f"choose at most {renew} (default 14), or set vllm_omni_tls_certificate_renew_days: {alert}")
 
 
 def check_roots(settings: dict, problems: Problems) -> None:

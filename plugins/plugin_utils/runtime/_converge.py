@@ -115,15 +115,15 @@ def _tls_files(plan: Mapping, environ: Mapping) -> list[Path]:
     return sorted(p for p in directory.glob("*") if p.is_file()) if directory.is_dir() else []
 
 
-def fleet_digest(plan: Mapping, renew_days: int = 30, environ: Mapping | None = None, root: Path = COLLECTION_ROOT,
+def fleet_digest(plan: Mapping, environ: Mapping | None = None, root: Path = COLLECTION_ROOT,
                  run=subprocess.run) -> str:
     """The digest of what every host's deploy is made from, except each host's own variables.
 
-    A generated front-door certificate that a deploy would renew now (``renew_days``) is part of it: the
+    A generated front-door certificate that a deploy would renew now (the plan's ``renew_days``) is part of it: the
     run that renews it then differs from the record, and the one after it once more (the renewed state)."""
     environ = os.environ if environ is None else environ
     digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode())
-    digest.update(("certificates due: " + ",".join(certificates_due(plan, renew_days, environ, run))).encode())
+    digest.update(("certificates due: " + ",".join(certificates_due(plan, environ, run))).encode())
     digest.update(code_digest(root).encode())
     for path in _tls_files(plan, environ):
         digest.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"missing") + b"\0")
@@ -152,17 +152,18 @@ def host_digest(fleet: str, variables: str) -> str:
     return hashlib.sha256(f"{fleet}\0{variables}".encode()).hexdigest()
 
 
-def certificates_due(plan: Mapping, renew_days: int, environ: Mapping | None = None, run=subprocess.run) -> list[str]:
-    """Router hosts whose generated front-door certificate on the controller expires within ``renew_days``
-    (a deploy would issue a new one), or cannot be read."""
+def certificates_due(plan: Mapping, environ: Mapping | None = None, run=subprocess.run) -> list[str]:
+    """Router hosts whose generated front-door certificate on the controller expires within the plan's renewal
+    window (a deploy would issue a new one), or cannot be read."""
     frontdoor = plan["router"]["frontdoor"]
     if not frontdoor["enabled"] or frontdoor["tls"]["source"] != "generated":
         return []
     environ = os.environ if environ is None else environ
+    window = str(int(frontdoor["tls"]["renew_days"]) * 86400)
     due = []
     for host, values in sorted(plan["router"]["per_host"].items()):
         certificate = _names.tls_dir(environ) / f"{_names.tls_stem(host, values['ip'])}.pem"
-        result = run(["openssl", "x509", "-in", str(certificate), "-noout", "-checkend", str(int(renew_days) * 86400)],
+        result = run(["openssl", "x509", "-in", str(certificate), "-noout", "-checkend", window],
                      capture_output=True, text=True, check=False)
         if result.returncode != 0:
             due.append(host)

@@ -185,6 +185,35 @@ def _rdma_checks(plan: dict, engine_host: bool, facts: dict) -> list[dict]:
     return [_check("rdma", "ok", f"RDMA devices {devices}")]
 
 
+def _package_checks(plan: dict, host: str, states: dict) -> list[dict]:
+    """The distribution packages the plan gives the host (os_packages): installed, or installable from the host's
+    own package sources; one that is neither fails here, before anything changes (an air-gapped host)."""
+    entry = plan.get("os_packages", {}).get(host)
+    if not entry:
+        return []
+    wanted = list(dict.fromkeys(name for names in entry["packages"].values() for name in names))
+    part_of = {name: part for part, names in entry["packages"].items() for name in names}
+    by_state: dict[str, list[str]] = {}
+    for name in wanted:
+        by_state.setdefault(states.get(name, "unknown"), []).append(name)
+    missing = by_state.get("unavailable", [])
+    if missing:
+        listed = ", ".join(f"{name} ({part_of[name]})" for name in missing)
+        return [_check("packages", "fail", f"{listed} not installed, and the host's package sources offer "
+                       f"{'it' if len(missing) == 1 else 'them'} not (an air-gapped host?)",
+                       f"install {'it' if len(missing) == 1 else 'them'} on the host from your site's mirror, or give "
+                       f"the host a package source that has {'it' if len(missing) == 1 else 'them'} "
+                       f"(docs/platforms.md lists each part's packages for {entry['platform']}); nothing was changed")]
+    if by_state.get("unknown"):
+        return [_check("packages", "warn", f"{', '.join(by_state['unknown'])}: neither dpkg nor rpm could say whether "
+                       "installed or installable", "install them beforehand if the host has no package sources "
+                       "(docs/platforms.md)")]
+    installable = by_state.get("installable", [])
+    return [_check("packages", "ok", f"{len(wanted) - len(installable)} of {len(wanted)} installed"
+                   + (f"; {', '.join(installable)} will be installed from the host's package sources"
+                      if installable else ""))]
+
+
 def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict:
     """The preflight report of one host."""
     engine_host = host in plan["hosts"]
@@ -198,12 +227,7 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
     checks.append(_memlock_check(facts))
     checks += _ports(plan, host, facts.get("listening", []))
     checks += _rdma_checks(plan, engine_host, facts)
-    if plan.get("firewall", {}).get("enabled"):
-        nft = facts.get("nft")
-        checks.append(_check("firewall", "ok" if nft else "warn",
-                             f"nft is installed ({nft})" if nft else "nft is not installed",
-                             "" if nft else "the firewall role installs nftables from the package mirror; on hosts "
-                             "without one, preinstall it, or set vllm_omni_firewall_enabled: false"))
+    checks += _package_checks(plan, host, facts.get("packages") or {})
     clock = facts.get("clock_synchronized")
     checks.append(_check("clock", "ok" if clock else "warn",
                          {True: "clock synchronised (NTP)", False: "clock NOT synchronised",

@@ -88,6 +88,26 @@ def engine_phase(lines: list[str]) -> str | None:
     return None
 
 
+def start_progress(journal: list[str]) -> str:
+    """What a starting engine has got to, for telling a stalled start from a slow one: its newest milestone with
+    its percentage, or before its first milestone its newest line (a stand-in, the imports before weights load)."""
+    return engine_phase(journal) or (plain_log_line(journal[-1]) if journal else "")
+
+
+def stall_message(host: str, target: dict, stalled: float, stall_timeout: int) -> str:
+    """One target that made no progress for ``stalled`` seconds: the phase (and stage) it is stuck in, its newest
+    line, what to do."""
+    journal = target["journal"]
+    phase = engine_phase(journal) or "before vLLM's first start-up milestone"
+    newest = plain_log_line(journal[-1], width=300) if journal else "no journal lines"
+    return (f"{host}/{target['name']} ({target['unit']}) made no progress for {stalled:.0f} s (bound "
+            f"{stall_timeout} s, vllm_omni_start_stall_timeout), stuck at: {phase}; its newest line: {newest}. "
+            f"It still does not answer {target['url']} ({target['problem']}). The unit is left as it is for a look "
+            f"(journalctl -u {target['unit']}; py-spy dump --pid of its main process); fix the cause (a peer it "
+            "waits for, a Mooncake bootstrap address it cannot reach), then deploy again or restart the unit. "
+            "A start slower than the bound, not stuck: raise vllm_omni_start_stall_timeout.")
+
+
 def plain_log_line(line: str, width: int = 140) -> str:
     """A journal line without colour codes, process tag, level and source location, cut to ``width``."""
     newest = [segment for segment in ANSI.sub("", line).split("\r") if segment.strip()]  # a tqdm bar: its newest update

@@ -116,3 +116,40 @@ def test_timeout_fails_with_the_unit_url_and_journal(action):
     for needle in ("lab-1/omni0 (vllm-omni@omni0.service)", "http://127.0.0.1:8091/health", "within 20s",
                    "CUDA out of memory"):
         assert needle in result["msg"]
+
+
+MOONCAKE_HANG = ["(StageEngineCoreProc_stage1_replica0 pid=948) INFO 12-06 10:00:01 "
+                 "[mooncake_connector.py:210] Initializing Mooncake Transfer Engine worker, bootstrap 10.0.0.2:9101"]
+
+
+def test_a_start_stuck_in_one_phase_fails_within_the_stall_bound_naming_stage_and_phase(action):
+    run = action({"targets": [TARGET], "timeout": 1800, "delay": 5, "stall_timeout": 120},
+                 [seen(False, ["Starting to load model /srv/models/qwen3-omni"]), seen(False, MOONCAKE_HANG)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and 120 <= run.clock.now <= 126, run.clock.now
+    for needle in ("lab-1/omni0 (vllm-omni@omni0.service) made no progress for 12", "bound 120 s, "
+                   "vllm_omni_start_stall_timeout", "stuck at: stage 1: setting up the KV transfer (Mooncake)",
+                   "bootstrap 10.0.0.2:9101", "connection refused", "journalctl -u vllm-omni@omni0.service",
+                   "raise vllm_omni_start_stall_timeout"):
+        assert needle in result["msg"], result["msg"]
+
+
+def test_a_slow_start_that_keeps_making_progress_is_not_a_stall(action):
+    # Weights load for 300 s at 1 % per 3 s, then the engine serves: each new percentage is progress.
+    loading = [seen(False, [f"Loading safetensors checkpoint shards: {p}% Completed | {p}/100"]) for p in range(100)]
+    run = action({"targets": [TARGET], "timeout": 1800, "delay": 3, "stall_timeout": 60}, loading + [seen(True)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert not result.get("failed"), result.get("msg")
+    # Before vLLM's first milestone, a new newest line is progress; the same line for the bound is not.
+    quiet = ["Resolved architecture: Qwen3OmniMoeForConditionalGeneration"]
+    run = action({"targets": [TARGET], "timeout": 1800, "delay": 5, "stall_timeout": 60},
+                 [seen(False, [f"import step {i}"]) for i in range(10)] + [seen(False, quiet)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and "stuck at: before vLLM's first start-up milestone" in result["msg"]
+    assert "Resolved architecture" in result["msg"]
+
+
+def test_without_a_stall_bound_only_the_timeout_ends_the_wait(action):
+    run = action({"targets": [TARGET], "timeout": 300, "delay": 5}, [seen(False, MOONCAKE_HANG)])
+    result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
+    assert result["failed"] and run.clock.now >= 300 and "within 300s" in result["msg"]

@@ -104,14 +104,20 @@ def test_the_digest_follows_the_plan_the_code_the_tls_material_and_a_staged_dire
         raise AssertionError("a missing directory is an empty listing, not an error") from error
 
 
-def test_only_generated_certificates_on_router_hosts_can_be_due(tmp_path):
+def test_only_generated_certificates_on_router_hosts_can_be_due_within_the_plan_s_renewal_window(tmp_path):
     environ = {"VLLM_OMNI_CACHE": str(tmp_path)}
     fleet = plan()
-    assert certificates_due(fleet, 30, environ, openssl({"edge-1"})) == ["edge-1"]
-    assert certificates_due(fleet, 30, environ, openssl(set())) == []
+    assert certificates_due(fleet, environ, openssl({"edge-1"})) == ["edge-1"]
+    assert certificates_due(fleet, environ, openssl(set())) == []
     own = copy.deepcopy(fleet)
     own["router"]["frontdoor"]["tls"]["source"] = "files"
-    assert certificates_due(own, 30, environ, openssl({"edge-1"})) == []
+    assert certificates_due(own, environ, openssl({"edge-1"})) == []
+    # The window openssl is asked about is vllm_omni_tls_certificate_renew_days, as the frontdoor role renews.
+    asked = []
+    windowed = copy.deepcopy(fleet)
+    windowed["router"]["frontdoor"]["tls"]["renew_days"] = 45
+    certificates_due(windowed, environ, lambda argv, **_: asked.append(argv) or subprocess.CompletedProcess(argv, 0))
+    assert asked and all(argv[argv.index("-checkend") + 1] == str(45 * 86400) for argv in asked)
 
 
 def test_operator_variables_are_the_collection_s_and_the_roles_without_computed_facts_or_one_run_switches():
@@ -158,11 +164,12 @@ def test_every_variable_the_plays_before_the_check_set_is_left_out_of_the_operat
     assert prefixed <= COMPUTED_VARIABLES | RUN_SWITCHES, sorted(prefixed - COMPUTED_VARIABLES)
 
 
-def test_the_renewal_window_the_check_assumes_is_the_front_door_s_default():
-    defaults = yaml.safe_load((REPO / "roles" / "frontdoor" / "defaults" / "main.yml").read_text())
+def test_the_check_and_the_front_door_read_one_renewal_window_the_plan_s():
+    generated = (REPO / "roles" / "frontdoor" / "tasks" / "tls_generated.yml").read_text()
+    assert "vllm_omni_plan.router.frontdoor.tls.renew_days" in generated
     for playbook in ("converge.yml", "record.yml"):
         text = (REPO / "playbooks" / playbook).read_text()
-        assert f"frontdoor_certificate_renew_days | default({defaults['frontdoor_certificate_renew_days']})" in text
+        assert "vllm_omni_plan | vllm_omni.serve.converge_digest" in text and "renew_days" not in text
 
 
 def test_the_record_holds_the_digest_taken_at_the_end_of_the_deploy():
@@ -174,6 +181,6 @@ def test_the_record_holds_the_digest_taken_at_the_end_of_the_deploy():
     names = [task["name"] for task in tasks]
     at_end = names.index("Footprint | the digest of what this deploy installed (plan, collection, TLS material as it is now)")
     recorded = names.index("Footprint | record this whole deploy for the next one's no-op check")
-    assert at_end < recorded and "converge_digest(" in tasks[at_end]["ansible.builtin.set_fact"]["converge_fleet_digest_at_end"]
+    assert at_end < recorded and "converge_digest" in tasks[at_end]["ansible.builtin.set_fact"]["converge_fleet_digest_at_end"]
     assert tasks[recorded]["vllm_omni.serve.converge_state"]["digest"] == \
         "{{ hostvars['localhost'].converge_fleet_digest_at_end }}"

@@ -87,7 +87,8 @@ def test_the_site_listens_with_tls_checks_the_key_and_forwards_openai_routes_onl
     metrics = site.split("location = /metrics {", 1)[1].split("}", 1)[0]
     assert "alias /etc/nginx/vllm-omni/metrics.prom;" in metrics and "proxy_pass" not in metrics
     frontdoor = plan["router"]["frontdoor"]
-    assert frontdoor["tls"] == {"source": "generated", "cert_file": None, "key_file": None, "ca_file": None}
+    assert frontdoor["tls"] == {"source": "generated", "cert_file": None, "key_file": None, "ca_file": None,
+                                "certificate_days": 825, "renew_days": 30}
     assert frontdoor["ca"] == "/etc/nginx/vllm-omni/ca.pem"
     files = {f["path"]: f for f in plan["footprint"]["edge"]["files"] if f["component"] == "frontdoor"}
     assert files["/etc/nginx/vllm-omni/server.key"]["mode"] == "0640"

@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 from unitlib import inventory
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _platforms
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._preflight import evaluate, summary_table
 
 GIB = 1024 ** 3
+# Every distribution package of every platform, installed.
+EVERY_PACKAGE = {name: "installed" for platform in _platforms.platform_ids()
+                 for names in _platforms.packages(platform).values() for name in names}
 
 
 def plan(**settings) -> dict:
@@ -18,7 +22,7 @@ def plan(**settings) -> dict:
 
 def healthy_facts(**overrides) -> dict:
     facts = {"systemd": True, "python_version": "3.11", "machine": "x86_64", "memlock_hard": "unlimited", "listening": [],
-             "clock_synchronized": True, "rdma_devices": None, "nft": "/usr/sbin/nft",
+             "clock_synchronized": True, "rdma_devices": None, "nft": "/usr/sbin/nft", "packages": EVERY_PACKAGE,
              "disk": {"/opt/vllm-omni": {"checked": "/opt", "free_bytes": 500 * GIB},
                       "/var/lib/vllm-omni/hf": {"checked": "/var", "free_bytes": 500 * GIB}}}
     facts.update(overrides)
@@ -37,7 +41,7 @@ def by_name(report: dict) -> dict:
 def test_a_healthy_host_is_ok_on_every_check():
     report = evaluate(plan(), "gpu-a", healthy_facts(), GPU)
     assert report["status"] == "ok", report
-    assert {"systemd", "python", "nvidia driver", "memlock", "ports", "firewall", "clock"} <= set(by_name(report))
+    assert {"systemd", "python", "nvidia driver", "memlock", "ports", "packages", "clock"} <= set(by_name(report))
 
 
 def test_no_systemd_fails_and_says_why():
@@ -148,10 +152,28 @@ def test_memlock_and_clock_only_warn():
     assert by_name(report)["memlock"]["status"] == "warn" and by_name(report)["clock"]["status"] == "warn"
 
 
-def test_firewall_without_nft_warns_and_a_disabled_firewall_is_not_checked():
-    check = by_name(evaluate(plan(), "gpu-a", healthy_facts(nft=None), GPU))["firewall"]
-    assert check["status"] == "warn" and "vllm_omni_firewall_enabled: false" in check["fix"]
-    assert "firewall" not in by_name(evaluate(plan(vllm_omni_firewall_enabled=False), "gpu-a", healthy_facts(), GPU))
+def test_packages_the_host_sources_cannot_give_fail_before_anything_changes_naming_part_and_platform():
+    fleet = plan()
+    mooncake = ["libibverbs1", "ibverbs-providers", "libnuma1", "libcurl4"]
+    assert fleet["os_packages"]["gpu-b"] == {"platform": "debian12", "packages": {
+        "artifacts": ["rsync"], "firewall": ["nftables"], "mooncake": mooncake}}
+    # The router host (gpu-a, the first engine host) gets nginx for the front door too.
+    assert fleet["os_packages"]["gpu-a"]["packages"] == {"artifacts": ["rsync"], "firewall": ["nftables"],
+                                                         "frontdoor": ["nginx"], "mooncake": mooncake}
+    air_gapped = {**EVERY_PACKAGE, "nftables": "unavailable", "libnuma1": "unavailable"}
+    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages=air_gapped), GPU))["packages"]
+    assert check["status"] == "fail"
+    assert check["detail"].startswith("nftables (firewall), libnuma1 (mooncake) not installed, and the host's package")
+    assert "your site's mirror" in check["fix"] and "for debian12" in check["fix"] and "nothing was changed" in check["fix"]
+    # Installable from the host's sources: fine, said.
+    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages={**EVERY_PACKAGE, "rsync": "installable"}), GPU))
+    assert check["packages"]["status"] == "ok" and "rsync will be installed from the host's package sources" in \
+        check["packages"]["detail"]
+    # No package tool the module knows: a warning, not a verdict.
+    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages={}), GPU))["packages"]
+    assert check["status"] == "warn" and "neither dpkg nor rpm" in check["detail"]
+    # The firewall off: nftables is not the host's to have.
+    assert "firewall" not in plan(vllm_omni_firewall_enabled=False)["os_packages"]["gpu-a"]["packages"]
 
 
 def test_rdma_without_devices_fails_because_mooncake_would_fall_back_to_tcp():
@@ -167,3 +189,18 @@ def test_summary_lists_each_problem_with_its_fix():
     assert lines[0].startswith("gpu-a") and "FAIL" in lines[0]
     assert any(line.strip().startswith("FAIL systemd:") and " -> " in line for line in lines)
     assert any(line.startswith("gpu-b") and "OK" in line for line in lines)
+
+
+def test_a_monitoring_only_host_gets_its_platform_s_names_and_nixl_engine_hosts_no_mooncake_libraries():
+    rocky = {"distribution": "Rocky", "major": "9", "version": "9.4", "machine": "x86_64"}
+    inv = inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}},
+                    {"vllm_omni_monitoring_enabled": True, "vllm_omni_mooncake_protocol": "rdma"}, router=["edge"])
+    inv["hostvars"]["watch"] = {"ansible_host": "10.0.9.2", "vllm_omni_os_facts": rocky}
+    fleet = build_plan(inv | {"monitoring_hosts": ["watch"]})
+    assert fleet["os_packages"]["watch"] == {"platform": "rhel9", "packages": {
+        "artifacts": ["rsync"], "firewall": ["nftables"], "monitoring": ["golang-github-prometheus"]}}
+    assert fleet["os_packages"]["gpu-a"]["packages"]["mooncake_rdma"] == ["rdma-core", "librdmacm1", "ibverbs-utils"]
+    assert "monitoring" not in fleet["os_packages"]["edge"]["packages"]
+    nixl = build_plan(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}},
+                                {"vllm_omni_kv_connector": "nixl", "vllm_omni_audio_output": False}))
+    assert "mooncake" not in nixl["os_packages"]["gpu-a"]["packages"]

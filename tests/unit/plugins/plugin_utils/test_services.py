@@ -46,6 +46,20 @@ def test_without_the_front_door_the_router_listens_on_its_address_in_plain_http(
     assert any("vllm_omni_frontdoor_enabled is false" in w and "plain HTTP" in w for w in warnings)
 
 
+def test_the_generated_certificates_lifetime_and_renewal_window_are_the_plan_s():
+    tls = build_plan(one_host())["router"]["frontdoor"]["tls"]
+    assert tls["source"] == "generated" and (tls["certificate_days"], tls["renew_days"]) == (825, 30)
+    # An alert window inside a longer renewal window: the alert fires only when no deploy renewed in time.
+    plan = build_plan(one_host(vllm_omni_tls_certificate_days=90, vllm_omni_tls_certificate_renew_days=60,
+                               vllm_omni_monitoring_enabled=True, vllm_omni_alert_certificate_days=45))
+    assert (plan["router"]["frontdoor"]["tls"]["certificate_days"], plan["router"]["frontdoor"]["tls"]["renew_days"]) \
+        == (90, 60)
+    assert not any("certificate" in w for w in plan["warnings"])
+    # The same windows without monitoring: the alert window is not judged (no alert), the renewal is.
+    assert problems_of(one_host(vllm_omni_tls_certificate_days=60, vllm_omni_tls_certificate_renew_days=61))
+    build_plan(one_host(vllm_omni_tls_certificate_renew_days=20, vllm_omni_alert_certificate_days=25))
+
+
 def test_router_retries_and_breaker_can_be_turned_off():
     argv = build_plan(one_host(vllm_omni_router_max_retries=0, vllm_omni_router_cb_failure_threshold=0))[
         "router"]["per_host"]["gpu-a"]["argv"]

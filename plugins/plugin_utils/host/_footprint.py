@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._names import (
     ARTIFACT_CONFIG,
     ARTIFACT_MANIFEST_DIR,
+    COMPILE_CACHE_ROOT,
     ENGINE_ACCOUNT,
     ENGINE_UNIT_TEMPLATE,
     FIREWALL_DIR,
@@ -99,6 +100,9 @@ def _engine_part(plan: dict, host: str) -> dict:
             _file(pipeline["paths"]["unit_dropin"], f"{host}/{name}/{PIPELINE_DROPIN}", "engine"),
         ]
         units.append({"name": unit, "component": "engine", "pipeline": name})
+    if plan["backend"]["compile_cache"]:  # the real engine's, for this version (a version change prunes the old)
+        directories += [_directory(COMPILE_CACHE_ROOT, "engine", owner=user, group=group, mode="0750"),
+                        _directory(plan["backend"]["compile_cache"], "engine", owner=user, group=group, mode="0750")]
     venvs = [plan["backend"]["venv"]]
     files.append(_sysctl(host))
     return {"accounts": [_account("engine", ENGINE_ACCOUNT)], "directories": directories, "files": files,

@@ -7,6 +7,7 @@ headless, real engine or simulator."""
 
 from __future__ import annotations
 
+from ..host import _names
 from ._deployment import Deployment
 
 
@@ -24,6 +25,12 @@ def environment(deployment: Deployment, ip: str, gpus: list[int], ports: dict) -
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if process.backend == "engine":
+        # Compile caches kept across restarts (a warm start skips torch.compile); vLLM points Inductor into its own
+        # root for what it compiles, these hold the rest (Triton's JIT kernels, other stages' torch.compile).
+        cache = _names.compile_cache_dir(deployment.engine.version)
+        env.update({"VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+                    "TRITON_CACHE_DIR": f"{cache}/triton"})
     if process.model_staging or process.model_source != "none":
         env["HF_HUB_OFFLINE"] = "1"
     if process.model_source != "none":

@@ -36,6 +36,7 @@ OWNED_ENV = {
     "HF_HOME": "vllm_omni_hf_home", "HF_HUB_OFFLINE": "vllm_omni_model_staging",
     "VLLM_NO_USAGE_STATS": None, "DO_NOT_TRACK": None, "HF_TOKEN": "vllm_omni_hf_token",
     "VLLM_PORT": "vllm_omni_stage_zmq_port_range", "VLLM_OMNI_MODEL_SNAPSHOT": "vllm_omni_model_revision",
+    "VLLM_CACHE_ROOT": None, "TORCHINDUCTOR_CACHE_DIR": None, "TRITON_CACHE_DIR": None,
 }
 
 # Upstream vLLM flags our argv uses; the omni flags are checked against the version's data.
@@ -93,7 +94,8 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
         version = _engine_data.companions()["xpyd_sim"]
         return {"name": "simulator", "packages": _locks.simulator_packages(),
                 "lock": _locks.simulator_lock(), "venv": _names.venv_dir(root, f"xpyd-sim-{version}"),
-                "stand_in": True, "kv_connector": None, "engine_plugin": None, "start": start_bounds(settings)}
+                "stand_in": True, "kv_connector": None, "engine_plugin": None, "start": start_bounds(settings),
+                "compile_cache": None}
     transport = settings["vllm_omni_kv_connector"] if settings["vllm_omni_layout"] == "pd" else None
     kv_connector = engine.kv_connector(transport) if transport else None
     if kv_connector:
@@ -107,7 +109,8 @@ def backend(settings: dict, engine: EngineVersion) -> dict:
     return {"name": "engine", "packages": _locks.engine_packages(engine, transport),
             "lock": _locks.engine_lock(engine, transport),
             "venv": _names.venv_dir(root, f"vllm-omni-{engine.version}"), "stand_in": False,
-            "kv_connector": kv_connector, "engine_plugin": plugin, "start": start_bounds(settings)}
+            "kv_connector": kv_connector, "engine_plugin": plugin, "start": start_bounds(settings),
+            "compile_cache": _names.compile_cache_dir(engine.version)}
 
 
 def start_bounds(settings: dict) -> dict:

@@ -42,9 +42,12 @@ def flag(argv: list[str], name: str) -> str:
 
 def test_an_aggregated_engine_s_environment_is_exactly_the_base_variables_in_sorted_order():
     env = _engine_argv.environment(deployment(vllm_omni_layout="aggregated"), IP, [3, 1], {"api": 8091})
+    cache = "/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0"
     assert env == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3,1", "DO_NOT_TRACK": "1",
-        "HF_HOME": "/var/lib/vllm-omni/hf", "VLLM_HOST_IP": IP, "VLLM_NO_USAGE_STATS": "1"}
+        "HF_HOME": "/var/lib/vllm-omni/hf", "VLLM_HOST_IP": IP, "VLLM_NO_USAGE_STATS": "1",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton",
+        "VLLM_CACHE_ROOT": f"{cache}/vllm"}
     assert list(env) == sorted(env)
 
 

@@ -131,6 +131,29 @@ def test_prune_takes_away_what_the_record_has_and_the_plan_does_not(plan):
     assert gone["venvs"] == [] and gone["accounts"] == []
 
 
+def test_compile_caches_are_kept_per_engine_version_and_a_version_change_prunes_the_old_one(plan):
+    cache = "/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0"
+    engine = plan["hosts"]["gpu-a"]["pipelines"][0]["environment"]
+    assert (engine["VLLM_CACHE_ROOT"], engine["TORCHINDUCTOR_CACHE_DIR"], engine["TRITON_CACHE_DIR"]) == \
+        (f"{cache}/vllm", f"{cache}/inductor", f"{cache}/triton")
+    directories = {d["path"]: d for d in plan["footprint"]["gpu-a"]["directories"]}
+    assert directories[cache]["owner"] == "vllm-omni" and directories[cache]["remove"] == "always"
+    # Not in /tmp: the unit's PrivateTmp would empty it at every start.
+    assert not any(value.startswith("/tmp") for value in engine.values())
+    newer = build_plan(inventory(
+        {"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": list(range(6))},
+         "gpu-b": {"ansible_host": "10.0.0.12", "vllm_omni_gpus": [0, 1, 2]}},
+        {"vllm_omni_mooncake_master_enabled": True, "vllm_omni_monitoring_enabled": True, "vllm_omni_version": "0.30.0",
+         "vllm_omni_layout": "aggregated"},
+        router=["edge-1"]) | {"master_hosts": ["edge-1"], "monitoring_hosts": ["edge-1"]})
+    gone = _footprint.stale(plan["footprint"]["gpu-a"], newer["footprint"]["gpu-a"], ["engine"])
+    assert cache in [d["path"] for d in gone["directories"]]
+    assert "/var/lib/vllm-omni/compile-cache" not in [d["path"] for d in gone["directories"]]
+    # The simulator compiles nothing.
+    simulated = build_plan(one_host(vllm_omni_engine_backend="simulator"))
+    assert "VLLM_CACHE_ROOT" not in simulated["hosts"]["gpu-a"]["pipelines"][0]["environment"]
+
+
 def test_a_host_leaving_the_plan_loses_everything_but_the_model_cache(plan):
     recorded = plan["footprint"]["gpu-b"]
     gone = _footprint.stale(recorded, None)

@@ -81,6 +81,41 @@ def _deployment_lines(plan: dict, fleet: bool = False) -> list[str]:
     return lines
 
 
+def _shape(pipeline: dict) -> str:
+    """A single-process pipeline's sizing: each GPU group with its stages, their TP and the share of each GPU they
+    claim (gpu_memory_utilization; what is left of a stage's share after its weights is its KV cache)."""
+    memory = {arg.get("stage_id", index): arg.get("engine_args", {}).get("gpu_memory_utilization")
+              for index, arg in enumerate(pipeline["stage_config"].get("stage_args", []))}
+    groups: dict[tuple[int, ...], list[dict]] = {}
+    for stage in pipeline["stages"]:
+        groups.setdefault(tuple(stage["physical_gpus"]), []).append(stage)
+    cells = []
+    for gpus, stages in groups.items():
+        tp = max(stage["tensor_parallel_size"] for stage in stages)
+        shares = [f"{stage['role']} {memory[stage['id']]:g}" for stage in stages if memory.get(stage["id"]) is not None]
+        cells.append(f"{' + '.join(stage['role'] for stage in stages)} on {len(gpus)} GPU{'s' * (len(gpus) > 1)}"
+                     + (f" (TP {tp})" if tp > 1 else "") + (f", memory share {', '.join(shares)}" if shares else ""))
+    return "; ".join(cells)
+
+
+def _sizing_lines(plan: dict) -> list[str]:
+    """What each pipeline is made of: its P:D, its stages on GPUs with TP and memory shares, counted by shape."""
+    settings = plan["settings"]
+    ratio = (f"P:D {settings['vllm_omni_prefill_replicas']['value']}:{settings['vllm_omni_decode_replicas']['value']}"
+             if plan["layout"] == "pd" else "no P:D split (aggregated)")
+    shapes: dict[str, int] = {}
+    for host_plan in plan["hosts"].values():
+        for pipeline in host_plan["pipelines"]:
+            if pipeline.get("process", "single") == "single":
+                shape = _shape(pipeline)
+                shapes[shape] = shapes.get(shape, 0) + 1
+    lines = [f"sizing: {count} pipeline{'s' * (count > 1)} of {shape}; {ratio}" for shape, count in shapes.items()]
+    if plan["distributed_pipelines"]:
+        lines.append(f"sizing: {len(plan['distributed_pipelines'])} distributed pipeline(s), {ratio}, TP "
+                     f"{plan['tensor_parallel_size']} per engine (below: each engine's host and GPUs)")
+    return lines
+
+
 def summary_lines(plan: dict) -> list[str]:
     engine, backend = plan["engine"], plan["backend"]
     lines = [
@@ -107,6 +142,7 @@ def summary_lines(plan: dict) -> list[str]:
             rest = sum(len(hosts) for hosts, _block in shapes[GROUP_ABOVE:])
             lines.append(f"... {rest} more hosts in {len(shapes) - GROUP_ABOVE} more shapes (plan.json has every host)")
         warnings = _grouped_warnings(warnings, set(blocks))
+    lines += _sizing_lines(plan)
     lines += _deployment_lines(plan, fleet=len(blocks) > GROUP_ABOVE)
     lines += [f"WARNING: {warning}" for warning in warnings]
     return lines

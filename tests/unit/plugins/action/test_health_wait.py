@@ -137,13 +137,13 @@ def test_a_start_stuck_in_one_phase_fails_within_the_stall_bound_naming_stage_an
 def test_a_slow_start_that_keeps_making_progress_is_not_a_stall(action):
     # Weights load for 300 s at 1 % per 3 s, then the engine serves: each new percentage is progress.
     loading = [seen(False, [f"Loading safetensors checkpoint shards: {p}% Completed | {p}/100"]) for p in range(100)]
-    run = action({"targets": [TARGET], "timeout": 1800, "delay": 3, "stall_timeout": 60}, loading + [seen(True)])
+    run = action({"targets": [TARGET], "timeout": 1800, "delay": 3, "stall_timeout": 60}, [*loading, seen(True)])
     result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
     assert not result.get("failed"), result.get("msg")
     # Before vLLM's first milestone, a new newest line is progress; the same line for the bound is not.
     quiet = ["Resolved architecture: Qwen3OmniMoeForConditionalGeneration"]
     run = action({"targets": [TARGET], "timeout": 1800, "delay": 5, "stall_timeout": 60},
-                 [seen(False, [f"import step {i}"]) for i in range(10)] + [seen(False, quiet)])
+                 [*(seen(False, [f"import step {i}"]) for i in range(10)), seen(False, quiet)])
     result = run.module.run(task_vars={"inventory_hostname": "lab-1"})
     assert result["failed"] and "stuck at: before vLLM's first start-up milestone" in result["msg"]
     assert "Resolved architecture" in result["msg"]

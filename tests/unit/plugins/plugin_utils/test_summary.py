@@ -59,3 +59,18 @@ def test_a_fleet_of_many_shapes_shows_the_first_and_counts_the_rest():
     assert len(heads) <= GROUP_ABOVE
     (rest,) = [line for line in lines if line.startswith("... ")]
     assert re.fullmatch(r"\.\.\. \d+ more hosts in \d+ more shapes \(plan\.json has every host\)", rest)
+
+
+def test_the_sizing_line_states_each_pipeline_shape_its_tp_memory_shares_and_p_to_d():
+    lines = summary_lines(build_plan(fleet(3, vllm_omni_tensor_parallel_size=2, vllm_omni_audio_output=False)))
+    sizing = [line for line in lines if line.startswith("sizing:")]
+    # 8 GPUs a host, 4 a text-out pipeline at TP 2 (prefill 2 + decode 2): 2 pipelines a host, one shape.
+    assert sizing == ["sizing: 6 pipelines of prefill on 2 GPUs (TP 2), memory share prefill 0.9; decode on 2 GPUs "
+                      "(TP 2), memory share decode 0.9; P:D 1:1"]
+    xpyd = summary_lines(build_plan(fleet(1, vllm_omni_audio_output=False, vllm_omni_prefill_replicas=2,
+                                          vllm_omni_decode_replicas=1)))
+    assert [line for line in xpyd if line.startswith("sizing:")] == [
+        "sizing: 2 distributed pipeline(s), P:D 2:1, TP 1 per engine (below: each engine's host and GPUs)"]
+    aggregated = summary_lines(build_plan(fleet(1, vllm_omni_layout="aggregated", vllm_omni_audio_output=False)))
+    assert any(line.startswith("sizing: 8 pipelines of thinker on 1 GPU, memory share thinker 0.9") and
+               line.endswith("no P:D split (aggregated)") for line in aggregated), aggregated

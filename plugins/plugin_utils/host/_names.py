@@ -39,11 +39,6 @@ ENGINE_HOME = ENGINE_ACCOUNT[2]
 # version: a restart or a roll of the same version reuses them; the footprint's prune drops the directory of a
 # version no pipeline runs any more. Not in /tmp, which the units' PrivateTmp empties at every start.
 COMPILE_CACHE_ROOT = f"{ENGINE_HOME}/compile-cache"
-
-
-def compile_cache_dir(version: str) -> str:
-    return f"{COMPILE_CACHE_ROOT}/vllm-omni-{version}"
-
 MOONCAKE_SYSCTL = "/etc/sysctl.d/60-vllm-omni-mooncake.conf"
 # Not under the config root: that directory belongs to the engine user's group (0750).
 FIREWALL_DIR = "/etc/nftables.d"
@@ -106,6 +101,11 @@ def dropin_path(unit: str) -> str:
 RULESET_FILE = f"{FIREWALL_DIR}/vllm-omni.nft"
 # The deployment's peer set, the same on every host; each RULESET_FILE includes it.
 PEERS_FILE = f"{FIREWALL_DIR}/vllm-omni-peers.nft"
+
+
+def compile_cache_dir(version: str) -> str:
+    """One engine version's compile caches (see COMPILE_CACHE_ROOT)."""
+    return f"{COMPILE_CACHE_ROOT}/vllm-omni-{version}"
 
 
 def venv_dir(install_root: str, name: str) -> str:

@@ -1,0 +1,39 @@
+"""docs/gpu-evidence.md section 1k against the device run it reports (tests/fixtures/device-h100-warm-restart):
+the numbers the doc states are the recorded ones, so neither can drift from the other."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from testlib import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "device-h100-warm-restart"
+
+
+def section() -> str:
+    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    start = text.index("## 1k. Run 12")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_doc_states_the_recorded_ready_times_and_answers():
+    results = json.loads((FIXTURE / "results.json").read_text())
+    row = re.search(r"\| start to `/health` 200 \(s\) \| ([\d.]+) \| ([\d.]+) \|", section())
+    assert row, "the section's ready row is gone"
+    assert (float(row.group(1)), float(row.group(2))) == (results["cold"]["ready"]["seconds"],
+                                                          results["warm"]["ready"]["seconds"])
+    for run in ("cold", "warm"):
+        assert results[run]["ready"]["ready"] is True
+        cells = [cell for cell in results[run]["summary"].values() if isinstance(cell, dict) and "requests" in cell]
+        assert (sum(c["requests"] for c in cells), sum(c["ok"] for c in cells)) == (32, 32)
+    assert "| 32 of 32 | 32 of 32 |" in section()
+
+
+def test_the_doc_states_the_recorded_compile_times_and_the_cache_paths_are_the_plan_s():
+    notes = (FIXTURE / "compile-cache.txt").read_text()
+    for seconds in ("24.72", "15.71", "24.87", "15.67", "18.03", "8.45", "18.02", "8.93"):
+        assert seconds in notes and seconds in section(), seconds
+    golden = (REPO / "tests" / "golden" / "pd-2hosts" / "expected" / "gpu-1" / "omni0" / "engine.env").read_text()
+    assert 'VLLM_CACHE_ROOT="/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0/vllm"' in golden
+    assert "/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0/" in notes and "vllm/torch_compile_cache/" in notes

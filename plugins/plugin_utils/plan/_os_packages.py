@@ -59,8 +59,3 @@ def os_packages(plan: dict, settings: dict, hostvars: dict, problems: Problems) 
     return {host: {"platform": platforms[host],
                    "packages": {part: list(_platforms.packages(platforms[host])[part]) for part in parts[host]}}
             for host in sorted(parts) if host in platforms}
-
-
-def packages_of(entry: dict) -> list[str]:
-    """Every package of one host's entry, once each, in the order the parts name them."""
-    return list(dict.fromkeys(name for names in entry["packages"].values() for name in names))

@@ -191,7 +191,11 @@ def _package_checks(plan: dict, host: str, states: dict) -> list[dict]:
     entry = plan.get("os_packages", {}).get(host)
     if not entry:
         return []
-    wanted = list(dict.fromkeys(name for names in entry["packages"].values() for name in names))
+    # The ones the host was asked about: Mooncake's are not where the operator manages them (mooncake_manage_packages).
+    wanted = [name for name in dict.fromkeys(name for names in entry["packages"].values() for name in names)
+              if name in states]
+    if not wanted:
+        return []
     part_of = {name: part for part, names in entry["packages"].items() for name in names}
     by_state: dict[str, list[str]] = {}
     for name in wanted:
@@ -199,11 +203,12 @@ def _package_checks(plan: dict, host: str, states: dict) -> list[dict]:
     missing = by_state.get("unavailable", [])
     if missing:
         listed = ", ".join(f"{name} ({part_of[name]})" for name in missing)
-        return [_check("packages", "fail", f"{listed} not installed, and the host's package sources offer "
-                       f"{'it' if len(missing) == 1 else 'them'} not (an air-gapped host?)",
-                       f"install {'it' if len(missing) == 1 else 'them'} on the host from your site's mirror, or give "
-                       f"the host a package source that has {'it' if len(missing) == 1 else 'them'} "
-                       f"(docs/platforms.md lists each part's packages for {entry['platform']}); nothing was changed")]
+        them = "it" if len(missing) == 1 else "them"
+        return [_check("packages", "fail", f"{listed} not installed, and the host's package sources do not offer "
+                       f"{them} (an air-gapped host?)",
+                       f"install {them} on the host from your site's mirror, or give the host a package source that "
+                       f"has {them} (docs/platforms.md lists each part's packages for {entry['platform']}); nothing "
+                       "was changed")]
     if by_state.get("unknown"):
         return [_check("packages", "warn", f"{', '.join(by_state['unknown'])}: neither dpkg nor rpm could say whether "
                        "installed or installable", "install them beforehand if the host has no package sources "

@@ -163,15 +163,21 @@ def test_packages_the_host_sources_cannot_give_fail_before_anything_changes_nami
     air_gapped = {**EVERY_PACKAGE, "nftables": "unavailable", "libnuma1": "unavailable"}
     check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages=air_gapped), GPU))["packages"]
     assert check["status"] == "fail"
-    assert check["detail"].startswith("nftables (firewall), libnuma1 (mooncake) not installed, and the host's package")
+    assert check["detail"].startswith("nftables (firewall), libnuma1 (mooncake) not installed, and the host's package "
+                                      "sources do not offer them")
     assert "your site's mirror" in check["fix"] and "for debian12" in check["fix"] and "nothing was changed" in check["fix"]
     # Installable from the host's sources: fine, said.
     check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages={**EVERY_PACKAGE, "rsync": "installable"}), GPU))
     assert check["packages"]["status"] == "ok" and "rsync will be installed from the host's package sources" in \
         check["packages"]["detail"]
     # No package tool the module knows: a warning, not a verdict.
-    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages={}), GPU))["packages"]
+    unknown = dict.fromkeys(EVERY_PACKAGE, "unknown")
+    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages=unknown), GPU))["packages"]
     assert check["status"] == "warn" and "neither dpkg nor rpm" in check["detail"]
+    # Mooncake's packages not asked about (mooncake_manage_packages: false): judged on the others only.
+    others = {name: "installed" for name in ("rsync", "nftables")}
+    check = by_name(evaluate(fleet, "gpu-b", healthy_facts(packages=others), GPU))["packages"]
+    assert check["status"] == "ok" and check["detail"] == "2 of 2 installed"
     # The firewall off: nftables is not the host's to have.
     assert "firewall" not in plan(vllm_omni_firewall_enabled=False)["os_packages"]["gpu-a"]["packages"]
 

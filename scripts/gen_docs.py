@@ -208,7 +208,7 @@ def packages_md() -> str:
 
 # Where each part of data/platforms.yml's packages is installed (docs/platforms.md).
 PACKAGE_PARTS = {
-    "artifacts": "artifacts (every host: rsync for the fan-out)",
+    "artifacts": "artifacts (hosts that build venvs: rsync for the fan-out)",
     "firewall": "firewall (every host, with vllm_omni_firewall_enabled)",
     "frontdoor": "frontdoor (router hosts, with vllm_omni_frontdoor_enabled)",
     "monitoring": "monitoring (monitoring hosts, with vllm_omni_monitoring_enabled)",

@@ -23,7 +23,9 @@ def host_parts(plan: dict, settings: dict) -> dict[str, list[str]]:
     engine_hosts, routers = list(plan["hosts"]), plan["router"]["hosts"]
     masters, monitors = plan["mooncake_master"]["hosts"], plan["monitoring"]["hosts"]
     planned = sorted({*engine_hosts, *routers, *masters, *monitors})
-    parts: dict[str, list[str]] = {host: ["artifacts"] for host in planned}  # every planned host pulls artifacts
+    # rsync where the artifacts role pulls wheel sets or weights (the hosts that build venvs).
+    parts: dict[str, list[str]] = {host: ["artifacts"] if host in plan["artifacts"]["per_host"] else []
+                                   for host in planned}
     if settings["vllm_omni_firewall_enabled"]:
         for host in planned:
             parts[host].append("firewall")

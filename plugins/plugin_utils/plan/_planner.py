@@ -111,9 +111,10 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     problems.raise_if_any()
     _add_services(plan, settings, groups, ips)
     _add_platforms(plan, hostvars, problems)
-    plan["os_packages"] = _os_packages.os_packages(plan, settings, hostvars, problems)
     problems.raise_if_any()
     _add_host_sections(plan, settings, ips, problems)
+    plan["os_packages"] = _os_packages.os_packages(plan, settings, hostvars, problems)
+    problems.raise_if_any()
     plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
                             + _no_effect.warnings(deployment, groups, ips, hostvars))
     return plan

@@ -203,8 +203,9 @@ def test_a_monitoring_only_host_gets_its_platform_s_names_and_nixl_engine_hosts_
                     {"vllm_omni_monitoring_enabled": True, "vllm_omni_mooncake_protocol": "rdma"}, router=["edge"])
     inv["hostvars"]["watch"] = {"ansible_host": "10.0.9.2", "vllm_omni_os_facts": rocky}
     fleet = build_plan(inv | {"monitoring_hosts": ["watch"]})
+    # No venv there, so no wheel set to pull: no rsync either.
     assert fleet["os_packages"]["watch"] == {"platform": "rhel9", "packages": {
-        "artifacts": ["rsync"], "firewall": ["nftables"], "monitoring": ["golang-github-prometheus"]}}
+        "firewall": ["nftables"], "monitoring": ["golang-github-prometheus"]}}
     assert fleet["os_packages"]["gpu-a"]["packages"]["mooncake_rdma"] == ["rdma-core", "librdmacm1", "ibverbs-utils"]
     assert "monitoring" not in fleet["os_packages"]["edge"]["packages"]
     nixl = build_plan(inventory({"gpu-a": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}},

@@ -36,7 +36,7 @@ ROUTER_ACCOUNT = ("vllm-omni-router", "vllm-omni-router", "/var/lib/vllm-omni-ro
 MASTER_ACCOUNT = ("mooncake", "mooncake", "/var/lib/mooncake")
 ENGINE_HOME = ENGINE_ACCOUNT[2]
 # The engines' compile caches (vLLM's torch.compile artifacts, Inductor's, Triton's), one directory per engine
-# version: a restart or a roll of the same version reuses them; the footprint's prune drops the directory of a
+# version: kept across restarts and rolls of that version; the footprint's prune drops the directory of a
 # version no pipeline runs any more. Not in /tmp, which the units' PrivateTmp empties at every start.
 COMPILE_CACHE_ROOT = f"{ENGINE_HOME}/compile-cache"
 MOONCAKE_SYSCTL = "/etc/sysctl.d/60-vllm-omni-mooncake.conf"

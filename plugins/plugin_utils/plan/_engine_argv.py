@@ -26,8 +26,8 @@ def environment(deployment: Deployment, ip: str, gpus: list[int], ports: dict) -
         "DO_NOT_TRACK": "1",
     }
     if process.backend == "engine":
-        # Compile caches kept across restarts (a warm start skips torch.compile); vLLM points Inductor into its own
-        # root for what it compiles, these hold the rest (Triton's JIT kernels, other stages' torch.compile).
+        # Compile caches kept across restarts, out of /tmp (PrivateTmp); vLLM points Inductor into its own root for
+        # what it compiles, these hold the rest. A warm start still recompiled on 0.26 (gpu-evidence.md run 12).
         cache = _names.compile_cache_dir(deployment.engine.version)
         env.update({"VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
                     "TRITON_CACHE_DIR": f"{cache}/triton"})

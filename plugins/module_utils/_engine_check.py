@@ -96,7 +96,12 @@ def _resolve(model_dir: str, config_path: str, config_flag: str):
         return list(result[1]), True
     if config_flag != "--deploy-config":
         raise ValueError(f"this vLLM-Omni has no {config_flag}; it loads configs with --deploy-config only")
+    from vllm.plugins import load_general_plugins
     from vllm_omni.engine.omni_engine_base import load_and_resolve_stage_configs
+
+    # As `vllm serve` does before it resolves anything: a deploy config may name a pipeline a general plugin
+    # registers (the collection's PD pipelines on 0.28+).
+    load_general_plugins()
 
     resolution = load_and_resolve_stage_configs(model_dir, {}, trust_remote_code=True, deploy_config_path=config_path,
                                                 stage_overrides=None, strategy_config_path=None)
@@ -168,10 +173,10 @@ def _pd_facts(stages: list, legacy: bool, answer: dict) -> None:
     kv = getattr(getattr(prefill, "engine_args", None), "kv_transfer_config", None)
     kv_ip = (getattr(kv, "kv_ip", None) if kv is not None else None) or "127.0.0.1"
     answer["runtime_bootstrap_addr"] = f"http://{kv_ip}:{vllm_envs.VLLM_MOONCAKE_BOOTSTRAP_PORT}"
-    _kv_connectors(stages, pair, answer)
+    _kv_connectors(stages, legacy, pair, answer)
 
 
-def _kv_connectors(stages: list, pair, answer: dict) -> None:
+def _kv_connectors(stages: list, legacy: bool, pair, answer: dict) -> None:
     """The connector class each PD stage's engine would create, found the way vLLM finds it.
 
     A CPU boot stops before any KV connector exists, so this is the only place a connector that
@@ -183,9 +188,14 @@ def _kv_connectors(stages: list, pair, answer: dict) -> None:
 
     found = {}
     for stage_id in pair:
-        kv = OmegaConf.to_container(stages[stage_id], resolve=True)["engine_args"]["kv_transfer_config"]
+        if legacy:
+            kv = OmegaConf.to_container(stages[stage_id], resolve=True)["engine_args"]["kv_transfer_config"]
+            config = KVTransferConfig(**kv)
+        else:  # a typed stage (0.28+) holds the engine's own KVTransferConfig
+            config = stages[stage_id].connector_config.kv_transfer_config
+            kv = {"kv_connector": config.kv_connector, "kv_connector_module_path": config.kv_connector_module_path}
         try:
-            cls = KVConnectorFactory.get_connector_class(KVTransferConfig(**kv))
+            cls = KVConnectorFactory.get_connector_class(config)
         except Exception as error:
             answer["problems"].append(f"stage {stage_id}: vLLM cannot load kv_connector {kv.get('kv_connector')!r}"
                                       f"{' from ' + kv['kv_connector_module_path'] if kv.get('kv_connector_module_path') else ''}"
@@ -283,9 +293,7 @@ def check(request: dict) -> dict:
             answer["problems"].append(f"{path} cannot be imported: {type(error).__name__}: {error}")
     if legacy:
         _legacy_metadata(stages, answer)
-        _pd_facts(stages, legacy, answer)
-    else:
-        answer["pd_pair"] = None
+    _pd_facts(stages, legacy, answer)
     _engine_plugin(answer, request)
     _compare(answer, request)
     return answer

@@ -64,15 +64,22 @@ def connector(cls, role: str, groups: int = 1, config=transfer_config):
     spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
     kv_cache = KVCacheConfig(num_blocks=64, kv_cache_tensors=[],
                              kv_cache_groups=[KVCacheGroupSpec([f"layer.{i}"], spec) for i in range(groups)])
-    vllm_config = SimpleNamespace(kv_transfer_config=config(role), cache_config=SimpleNamespace(block_size=16),
+    vllm_config = SimpleNamespace(kv_transfer_config=config(role), cache_config=SimpleNamespace(block_size=16, mamba_cache_mode="none"),
                                   scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=groups == 1),
-                                  parallel_config=SimpleNamespace(data_parallel_index=0, tensor_parallel_size=1))
+                                  parallel_config=SimpleNamespace(data_parallel_index=0, tensor_parallel_size=1,
+                                                                  prefill_context_parallel_size=1,
+                                                                  decode_context_parallel_size=1,
+                                                                  pipeline_parallel_size=1))
     return cls(vllm_config, KVConnectorRole.SCHEDULER, kv_cache)
 
 
 class Blocks:
+    """The allocation vLLM hands update_state_after_alloc: block ids per group, and (vLLM 0.30) the blocks
+    themselves, none of them a local prefix-cache hit."""
+
     def __init__(self, ids):
         self.ids = ids
+        self.blocks = tuple([SimpleNamespace(block_hash=None, is_null=False) for _unused in group] for group in ids)
 
     def get_unhashed_block_ids_all_groups(self):
         return self.ids

@@ -51,6 +51,13 @@ class EngineVersion:
     # connectors and the fixes in force on this version): {revision, fixes}; None where nothing of ours runs
     # inside the engine.
     engine_plugin: dict[str, Any] | None = None
+    # stages-schema versions: the registered pipeline a PD deploy config names, per output ({audio, text}); the
+    # engine plugin registers them. Empty where the version runs no PD or writes it out in stage_args.
+    pd_pipelines: dict[str, str] = field(default_factory=dict)
+
+    def pd_pipeline(self, audio: bool) -> str | None:
+        """The registered pipeline a PD deploy config of this version names; None for stage_args versions."""
+        return self.pd_pipelines.get("audio" if audio else "text")
 
     @property
     def decode_gets_request_sampling(self) -> bool:
@@ -85,6 +92,14 @@ def _engine_plugin(version: str, row: dict) -> dict[str, Any] | None:
     return {"revision": int(plugin["revision"]), "fixes": list(plugin.get("fixes") or [])} if plugin else None
 
 
+def _pd_pipelines(version: str, row: dict) -> dict[str, str]:
+    pipelines = {str(kind): str(name) for kind, name in (row.get("pd_pipelines") or {}).items()}
+    if "pd" in row["layouts"] and row["schema"] == "stages" and set(pipelines) != {"audio", "text"}:
+        raise ValueError(f"data/support.yml {version}: a stages-schema version runs PD through registered pipelines; "
+                         "give it pd_pipelines: {audio: ..., text: ...}")
+    return pipelines
+
+
 @functools.cache
 def support_table() -> dict[str, EngineVersion]:
     table = _load_yaml(DATA_DIR / "support.yml")["versions"]
@@ -102,6 +117,7 @@ def support_table() -> dict[str, EngineVersion]:
             kv_connectors={name: dict(spec) for name, spec in (row.get("kv_connectors") or {}).items()},
             pd_request_sampling_reaches_decode=bool(row.get("pd_request_sampling_reaches_decode", True)),
             engine_plugin=_engine_plugin(version, row),
+            pd_pipelines=_pd_pipelines(version, row),
         )
     return rows
 

@@ -18,6 +18,7 @@ from ..host._engine_data import EngineVersion
 from ._checkers import SettingError, show
 from ._deployment import Deployment
 from ._pipelines import stage_layout
+from ._stage_config import bundled_stage
 from ._problems import ALL_HOSTS, Problems
 from ._stages import (
     ENGINE_ARGS,
@@ -145,17 +146,15 @@ def shared_gpu_split(settings: dict, layout: str, overrides: dict) -> tuple[dict
 _KIND_SETTING = {"engine_args": "vllm_omni_stage_engine_args", "sampling": "vllm_omni_stage_sampling_params"}
 
 
-def _base_stage(engine: EngineVersion, role: str, stage_id: int) -> tuple[dict, dict]:
+def _base_stage(engine: EngineVersion, role: str) -> tuple[dict, dict]:
     """(engine_args, default_sampling_params) the engine's own definition gives a role's stage."""
     if engine.schema == "stage_args":
         for stage in engine.data["legacy_stages"]:
             if stage["engine_args"]["model_stage"] == MODEL_STAGE[role]:
                 return dict(stage["engine_args"]), dict(stage.get("default_sampling_params") or {})
-    for stage in engine.data["bundled_deploy"]["stages"]:
-        if stage["stage_id"] == stage_id:
-            args = {k: v for k, v in stage.items() if k not in ("default_sampling_params", "stage_id")}
-            return args, dict(stage.get("default_sampling_params") or {})
-    return {}, {}
+    stage = bundled_stage(engine, role)
+    args = {k: v for k, v in stage.items() if k not in ("default_sampling_params", "stage_id")}
+    return args, dict(stage.get("default_sampling_params") or {})
 
 
 def _outside(bound: dict, value: Any) -> bool:
@@ -198,8 +197,8 @@ def check_engine_rules(context: Deployment, problems: Problems) -> None:
     if not rules:
         return
     reported: set[str] = set()
-    for stage_id, role in enumerate(layout_roles(context.layout, context.settings["vllm_omni_audio_output"])):
-        base_args, base_sampling = _base_stage(context.engine, role, stage_id)
+    for role in layout_roles(context.layout, context.settings["vllm_omni_audio_output"]):
+        base_args, base_sampling = _base_stage(context.engine, role)
         user = context.overrides.get(role, {"engine_args": {}, "sampling": {}})
         refusals = (_value_refusals(context, rules, role, user, (base_args, base_sampling))
                     + _cross_refusals(context, rules, role, {**base_args, **user["engine_args"]},
@@ -266,16 +265,13 @@ def _cross_refusals(context: Deployment, rules: dict, role: str, args: dict,
     return refusals
 
 
-def _base_memory(engine: EngineVersion, role: str, stage_id: int) -> float:
+def _base_memory(engine: EngineVersion, role: str) -> float:
     """The engine's own gpu_memory_utilization for a role (its bundled stage definitions)."""
     if engine.schema == "stage_args":
         for stage in engine.data["legacy_stages"]:
             if stage["engine_args"]["model_stage"] == MODEL_STAGE[role]:
                 return float(stage["engine_args"].get("gpu_memory_utilization", 0.9))
-    for stage in engine.data["bundled_deploy"]["stages"]:
-        if stage["stage_id"] == stage_id:
-            return float(stage.get("gpu_memory_utilization", 0.9))
-    return 0.9
+    return float(bundled_stage(engine, role).get("gpu_memory_utilization", 0.9))
 
 
 def check_gpu_memory(deployment: Deployment, problems: Problems) -> None:
@@ -283,7 +279,7 @@ def check_gpu_memory(deployment: Deployment, problems: Problems) -> None:
     per_device: dict[str, list[tuple[str, float]]] = {}
     for stage in stage_layout(deployment, "host", "pipeline"):
         share = deployment.overrides[stage["role"]]["engine_args"].get(
-            "gpu_memory_utilization", _base_memory(deployment.engine, stage["role"], stage["id"]))
+            "gpu_memory_utilization", _base_memory(deployment.engine, stage["role"]))
         for device in stage["devices"].split(","):
             per_device.setdefault(device, []).append((stage["role"], share))
     for device, claims in sorted(per_device.items()):

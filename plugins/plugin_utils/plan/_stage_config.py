@@ -15,7 +15,9 @@ Building (``build_document``):
   with none the engine wires a shared-memory connector per edge itself.
 * ``stages`` versions (0.28+, ``--deploy-config``): the engine's bundled deploy document with our
   devices, tensor-parallel size and overrides; platform overlays other than ``cuda`` are dropped
-  because the collection deploys NVIDIA hosts.
+  because the collection deploys NVIDIA hosts. PD names the pipeline the collection's engine plugin
+  registers (``pipeline:``, the thinker's bundled settings on both prefill and decode), a
+  ``kv_transfer_config`` per PD stage and ``async_chunk: false``.
 
 Checking (``_stage_config_checks.check_document``): the static rules the engine enforces (or silently gets wrong),
 so a bad document is refused on the controller with a readable message instead of failing on a
@@ -66,6 +68,15 @@ def build_document(engine: EngineVersion, pipeline: dict, overrides: dict) -> di
     if engine.schema == "stage_args":
         return _build_legacy(engine, pipeline, overrides)
     return _build_deploy(engine, pipeline, overrides)
+
+
+def stage_engine_args(document: dict) -> dict[int, dict]:
+    """{stage id: that stage's engine arguments} of a rendered document of either schema (under ``engine_args``
+    in ``stage_args``, flat in ``stages:``)."""
+    if "stage_args" in document:
+        return {stage.get("stage_id", index): stage.get("engine_args") or {}
+                for index, stage in enumerate(document["stage_args"])}
+    return {stage.get("stage_id", index): stage for index, stage in enumerate(document.get("stages") or [])}
 
 
 def kv_connector_name(engine: EngineVersion, transport: str = "mooncake") -> tuple[str, str | None]:
@@ -171,27 +182,70 @@ def _build_legacy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
     return {"async_chunk": False, "stage_args": stage_args}
 
 
+def bundled_stage(engine: EngineVersion, role: str) -> dict:
+    """The engine's bundled deploy definition of ``role``'s model stage (stages schema).
+
+    The bundled document numbers the engine's own Qwen3-Omni pipeline (thinker, talker, code2wav); a PD
+    pipeline has the thinker twice, so roles are matched by model stage, not by stage id.
+    """
+    bundled_id = LAYOUT_ROLES["aggregated"].index(MODEL_STAGE[role])
+    for stage in engine.data["bundled_deploy"]["stages"]:
+        if stage["stage_id"] == bundled_id:
+            return stage
+    raise KeyError(f"vLLM-Omni {engine.version}'s bundled deploy config has no stage {bundled_id} ({role})")
+
+
 def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dict:
     bundled = engine.data["bundled_deploy"]
-    by_id = {stage["stage_id"]: stage for stage in bundled["stages"]}
+    pd = pipeline["layout"] == "pd"
     stages = []
     for stage in pipeline["stages"]:
         role = stage["role"]
-        doc = _copy(by_id[stage["id"]])
+        doc = _copy(bundled_stage(engine, role))
+        doc["stage_id"] = stage["id"]
+        if pd:
+            # The edges name the engine pipeline's stage ids (from_stage_0 is the thinker); in the registered PD
+            # pipeline every edge is one stage to the next, and without named connectors the engine wires each
+            # itself, as for 0.26's stage_args.
+            doc.pop("input_connectors", None)
         if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
             doc["tensor_parallel_size"] = stage["tensor_parallel_size"]
         doc["devices"] = stage["devices"]
+        if stage.get("kv_role"):
+            doc["kv_transfer_config"] = _kv_transfer_config(stage, pipeline, engine)
         doc.update(overrides.get(role, {}).get("engine_args", {}))
         sampling = overrides.get(role, {}).get("sampling", {})
         if sampling:
             doc["default_sampling_params"] = {**doc.get("default_sampling_params", {}), **sampling}
         stages.append(doc)
     document = {key: _copy(value) for key, value in bundled.items() if key not in ("stages", "platforms")}
+    if pd:
+        # The registered PD pipeline (the collection's engine plugin), whole-request hand-offs only: KV transfer
+        # and chunked streaming between stages do not mix (the engine refuses native KV with async_chunk).
+        document = {"pipeline": engine.pd_pipeline(audio=len(stages) > 2), **document, "async_chunk": False}
+        document.pop("connectors", None)
+        # The stages: schema takes a pipeline's edges from the document alone (input_connectors or edges), not
+        # from the registered pipeline: listed here, the engine puts its shared-memory connector on each, as
+        # 0.26 does from engine_input_source.
+        document["edges"] = [{"from": source, "to": stage["id"]} for stage in pipeline["stages"]
+                             for source in stage["reads_from"]]
     document["stages"] = stages
     cuda = (bundled.get("platforms") or {}).get("cuda")
     if cuda:
-        document["platforms"] = {"cuda": _copy(cuda)}
+        document["platforms"] = {"cuda": _cuda_overlay(_copy(cuda), pipeline) if pd else _copy(cuda)}
     return document
+
+
+def _cuda_overlay(cuda: dict, pipeline: dict) -> dict:
+    """The bundled CUDA overlay renumbered for a PD pipeline: a thinker entry applies to prefill and decode."""
+    by_bundled_id: dict[int, list[int]] = {}
+    for stage in pipeline["stages"]:
+        by_bundled_id.setdefault(LAYOUT_ROLES["aggregated"].index(MODEL_STAGE[stage["role"]]), []).append(stage["id"])
+    stages = []
+    for entry in cuda.get("stages") or []:
+        for stage_id in by_bundled_id.get(entry.get("stage_id"), []):
+            stages.append({**_copy(entry), "stage_id": stage_id})
+    return {**cuda, "stages": stages} if "stages" in cuda else cuda
 
 
 def _insert_after(mapping: dict, after: str, key: str, value: Any) -> dict:

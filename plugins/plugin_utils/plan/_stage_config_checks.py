@@ -13,6 +13,7 @@ from typing import Any
 
 from ..host._engine_data import EngineVersion
 from ._stage_config import LEGACY_REQUIRED_KEYS, STOCK_CONNECTORS, kv_connector_name, transport_of
+from ._stages import LAYOUT_ROLES, TEXT_ROLES
 
 
 def check_launch(document: Any, engine: EngineVersion, config_flag: str) -> list[str]:
@@ -43,7 +44,7 @@ def check_document(document: Any, engine: EngineVersion, environment: dict | Non
     if "stage_args" in document:
         return _check_legacy(document, engine, environment or {})
     if "stages" in document:
-        return _check_deploy(document, engine)
+        return _check_deploy(document, engine, environment or {})
     return ["the stage config has neither stage_args nor stages"]
 
 
@@ -210,26 +211,44 @@ def _check_nixl_pair(p_kv: dict, d_kv: dict) -> list[str]:
     return problems
 
 
-def _check_deploy(document: dict, engine: EngineVersion) -> list[str]:
+def _check_deploy(document: dict, engine: EngineVersion, environment: dict) -> list[str]:
     problems = []
     stages = document.get("stages")
     if not isinstance(stages, list) or not stages:
         return ["stages must be a non-empty list"]
-    known_ids = {stage["stage_id"] for stage in engine.data["bundled_deploy"]["stages"]}
+    pipeline = document.get("pipeline")
+    pd_roles = _pd_pipeline_roles(engine, pipeline)
+    if pipeline is not None and pd_roles is None:
+        problems.append(f"pipeline: {pipeline!r} is not a Qwen3-Omni pipeline the collection runs on vLLM-Omni "
+                        f"{engine.version} ({', '.join(sorted(engine.pd_pipelines.values())) or 'none'}); remove it to "
+                        "run the engine's own pipeline")
+    known_ids = set(range(len(pd_roles))) if pd_roles else \
+        {stage["stage_id"] for stage in engine.data["bundled_deploy"]["stages"]}
     connectors = document.get("connectors") or {}
+    prefill = decode = None
     for position, stage in enumerate(stages):
         where = f"stages[{position}]"
         if not isinstance(stage, dict) or "stage_id" not in stage:
             problems.append(f"{where}: every stage needs a stage_id")
             continue
         if stage["stage_id"] not in known_ids:
-            problems.append(f"{where}: stage_id {stage['stage_id']!r} is not a stage of the Qwen3-Omni pipeline "
-                            f"({sorted(known_ids)}); the engine ignores it")
-        for key in ("is_prefill_only", "is_decode_only", "kv_transfer_config"):
+            problems.append(f"{where}: stage_id {stage['stage_id']!r} is not a stage of the "
+                            f"{pipeline or 'Qwen3-Omni'} pipeline ({sorted(known_ids)}); the engine ignores it")
+        for key in ("is_prefill_only", "is_decode_only"):
             if key in stage:
-                problems.append(f"{where}: {key} cannot be expressed in the stages: schema (it is dropped with a "
-                                f"warning); prefill/decode needs a stage_args version: "
-                                f"{engine.pd_refused_because}")
+                problems.append(f"{where}: {key} cannot be expressed in the stages: schema (the engine refuses it: "
+                                f"\"no structured config owner\"); a PD pipeline's roles come from its `pipeline:`"
+                                + (f" ({', '.join(sorted(engine.pd_pipelines.values()))})" if engine.pd_pipelines
+                                   else f": {engine.pd_refused_because}"))
+        role = pd_roles[stage["stage_id"]] if pd_roles and stage["stage_id"] in known_ids else None
+        if "kv_transfer_config" in stage and role not in ("prefill", "decode"):
+            problems.append(f"{where}: kv_transfer_config belongs to the prefill and decode stages of a PD pipeline"
+                            + (f" (`pipeline:` {', '.join(sorted(engine.pd_pipelines.values()))})" if engine.pd_pipelines
+                               else f"; prefill/decode needs a stage_args version: {engine.pd_refused_because}"))
+        if role == "prefill":
+            prefill = (stage["stage_id"], _as_legacy_pd_stage(stage, []))
+        elif role == "decode":
+            decode = (stage["stage_id"], _as_legacy_pd_stage(stage, [stage["stage_id"] - 1]))
         for key in ("model_stage", "worker_type", "scheduler_cls", "engine_output_type", "engine_input_source",
                     "custom_process_input_func", "final_output", "final_output_type"):
             if key in stage:
@@ -237,4 +256,38 @@ def _check_deploy(document: dict, engine: EngineVersion) -> list[str]:
         for source, name in (stage.get("input_connectors") or {}).items():
             if name not in connectors:
                 problems.append(f"{where}: input_connectors.{source} names {name!r}, which connectors: does not define")
+    if pd_roles:
+        wired = {(edge.get("from"), edge.get("to")) for edge in document.get("edges") or [] if isinstance(edge, dict)}
+        wired |= {(int(source.removeprefix("from_stage_")), stage["stage_id"]) for stage in stages
+                  if isinstance(stage, dict) for source in (stage.get("input_connectors") or {})
+                  if source.removeprefix("from_stage_").isdigit()}
+        unwired = [f"{i - 1} -> {i}" for i in range(1, len(pd_roles)) if (i - 1, i) not in wired]
+        if unwired:
+            problems.append(f"edges: {', '.join(unwired)} missing: the stages: schema connects only the stages its "
+                            "document wires (edges or input_connectors), whatever the pipeline says; list "
+                            "{from: N, to: N+1} for each")
+        if document.get("async_chunk", True) is not False:
+            problems.append("async_chunk must be false for a PD pipeline: the engine refuses native KV transfer with "
+                            "chunked hand-offs (\"requires async_chunk=False\")")
+        if prefill is None or decode is None:
+            problems.append(f"pipeline {pipeline} needs its prefill (stage 0) and decode (stage 1) stages listed, "
+                            "each with its kv_transfer_config")
+        else:
+            problems += _check_pd_pair(prefill, decode, engine, environment)
     return problems
+
+
+def _pd_pipeline_roles(engine: EngineVersion, pipeline: Any) -> tuple[str, ...] | None:
+    """The stage roles of the registered PD pipeline ``pipeline`` names on ``engine``, or None."""
+    for audio, roles in ((True, LAYOUT_ROLES["pd"]), (False, TEXT_ROLES["pd"])):
+        if pipeline is not None and pipeline == engine.pd_pipeline(audio):
+            return roles
+    return None
+
+
+def _as_legacy_pd_stage(stage: dict, sources: list[int]) -> dict:
+    """A stages-schema PD stage in the shape the PD pair check reads (the engine's own PD code reads the same
+    fields through the plugin's typed-stage attributes)."""
+    return {"engine_input_source": sources,
+            "engine_args": {"kv_transfer_config": stage.get("kv_transfer_config"),
+                            "tensor_parallel_size": stage.get("tensor_parallel_size", 1)}}

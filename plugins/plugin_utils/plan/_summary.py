@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from ._checkers import show
+from ._stage_config import stage_engine_args
 
 
 def _stage_cell(stages: list[dict]) -> str:
@@ -84,8 +85,8 @@ def _deployment_lines(plan: dict, fleet: bool = False) -> list[str]:
 def _shape(pipeline: dict) -> str:
     """A single-process pipeline's sizing: each GPU group with its stages, their TP and the share of each GPU they
     claim (gpu_memory_utilization; what is left of a stage's share after its weights is its KV cache)."""
-    memory = {arg.get("stage_id", index): arg.get("engine_args", {}).get("gpu_memory_utilization")
-              for index, arg in enumerate(pipeline["stage_config"].get("stage_args", []))}
+    memory = {stage_id: args.get("gpu_memory_utilization")
+              for stage_id, args in stage_engine_args(pipeline["stage_config"]).items()}
     groups: dict[tuple[int, ...], list[dict]] = {}
     for stage in pipeline["stages"]:
         groups.setdefault(tuple(stage["physical_gpus"]), []).append(stage)

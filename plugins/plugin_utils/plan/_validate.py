@@ -291,12 +291,23 @@ def check_version_layout(settings: dict, problems: Problems) -> EngineVersion | 
                      (f"set vllm_omni_version to {' or '.join(with_connector)} for {connector}, or " if with_connector
                       else "set ") + f"vllm_omni_kv_connector to one of: {', '.join(sorted(engine.kv_connectors))}")
         return None
-    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args":
+    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args" and not engine.pd_pipeline(False):
+        text_out = [v for v in _engine_data.supported_versions() if _engine_data.support_table()[v].schema == "stage_args"
+                    or _engine_data.support_table()[v].pd_pipeline(False)]
         problems.add(ALL_HOSTS, "vllm_omni_audio_output",
                      f"is false, but vLLM-Omni {version}'s stages: schema cannot drop the talker and code2wav stages "
                      "(its Qwen3-Omni pipeline is fixed in Python)",
-                     f"set vllm_omni_version to {' or '.join(_engine_data.versions_with_schema('stage_args'))} "
-                     "for text-only pipelines, or vllm_omni_audio_output: true")
+                     f"set vllm_omni_version to {' or '.join(text_out)} for text-only pipelines, "
+                     "or vllm_omni_audio_output: true")
+        return None
+    if not settings["vllm_omni_audio_output"] and engine.schema != "stage_args" and layout != "pd":
+        problems.add(ALL_HOSTS, "vllm_omni_audio_output",
+                     f"is false with vllm_omni_layout: {layout}, but vLLM-Omni {version}'s stages: schema has a "
+                     "text-only Qwen3-Omni pipeline for prefill/decode only (the collection's engine plugin registers "
+                     f"{engine.pd_pipeline(False)}); its aggregated pipeline always has the talker and code2wav",
+                     f"set vllm_omni_layout: pd for a text-only pipeline on {version}, "
+                     f"set vllm_omni_version to {' or '.join(_engine_data.versions_with_schema('stage_args'))}, "
+                     "or vllm_omni_audio_output: true")
         return None
     return engine
 

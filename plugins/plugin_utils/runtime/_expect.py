@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from ..plan._stage_config import stage_engine_args
 from ..plan._stages import MODEL_STAGE
 
 # Where vLLM's own connectors live (vLLM 0.26), by class name.
@@ -24,7 +25,7 @@ def expected_stages(pipeline: dict) -> list[dict]:
 def expected_pd(pipeline: dict, plan: dict) -> dict:
     if plan["layout"] != "pd":
         return {"pair": None}
-    kv = pipeline["stage_config"]["stage_args"][0]["engine_args"]["kv_transfer_config"]
+    kv = stage_engine_args(pipeline["stage_config"])[0]["kv_transfer_config"]
     # The class vLLM's KVConnectorFactory must load for both PD stages.
     module = kv.get("kv_connector_module_path") or STOCK_CONNECTOR_MODULES.get(kv["kv_connector"], "?")
     connector = f"{module}.{kv['kv_connector']}"

@@ -26,6 +26,17 @@ Fixes (docs/engine-facts.md has the evidence for each):
     returns one choice per request. Prefill keeps what the engine gives it (one token, no stop strings).
     ``/v1/completions`` is left alone: vLLM-Omni answers Qwen3-Omni there with HTTP 400 ("requires chat
     template structure"), seen on an H100.
+
+``qwen3_omni_pd_pipelines``
+    vLLM-Omni 0.28 and later build stages from a registered pipeline topology and a deploy config, and no
+    release registers a prefill/decode (PD) topology for Qwen3-Omni (upstream PR #2947 is open); their PD
+    code (``entrypoints/pd_utils.py``, the orchestrator's PD routing) is still there and still finds the pair
+    with ``getattr(stage, "is_prefill_only")``, ``engine_input_source`` and ``stage.engine_args``, which the
+    typed stage objects of 0.30 do not have. The fix registers two pipelines built from the engine's own
+    Qwen3-Omni stages (``PD_PIPELINES``: the thinker twice, as prefill and decode, then the talker and code2wav
+    for audio out), whose thinker stages carry the PD markers in their ``extras``, and gives the typed stage
+    class those four read-only attributes for stages that carry the markers. Every other stage of every other
+    pipeline behaves as before (the attributes are absent on them, as they were).
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-REVISION = 1
+REVISION = 2
 DISTRIBUTION = "vllm-omni-serve-engine"
 MODULE = "vllm_omni_serve_fixes"  # this module's import name (``__name__`` is ``__main__`` under ``-m``)
 
@@ -53,12 +64,28 @@ logger = logging.getLogger("vllm.vllm_omni_serve_fixes")
 # function that patches it. Nothing is applied under any other pair.
 FIXES: dict[str, dict[str, Any]] = {
     "request_sampling_reaches_answer_stage": {
-        "proven_on": (("0.26.0", "0.26.0"),),
+        "proven_on": (("0.26.0", "0.26.0"), ("0.30.0", "0.30.0")),
         "patches": {
             "vllm_omni.entrypoints.openai.serving_chat": "_patch_serving_chat",
         },
     },
+    "qwen3_omni_pd_pipelines": {
+        "proven_on": (("0.30.0", "0.30.0"),),
+        "patches": {
+            "vllm_omni.config.pipeline_registry": "_patch_pipeline_registry",
+            "vllm_omni.config.omni_config": "_patch_typed_stages",
+        },
+    },
 }
+
+# The pipelines qwen3_omni_pd_pipelines registers (a deploy config names one under ``pipeline:``), and the
+# engine's own Qwen3-Omni stages each is made of, in order: a PD stage's role or the engine stage it copies.
+PD_PIPELINES = {
+    "qwen3_omni_moe_pd": ("prefill", "decode", "talker", "code2wav"),
+    "qwen3_omni_moe_pd_text": ("prefill", "decode"),
+}
+# Where a PD stage keeps its marker (StagePipelineConfig.extras), read by the typed stage's attributes.
+PD_MARKER = "vllm_omni_serve_pd_role"
 
 # The OpenAI request fields that reach the stage writing the answer, in vLLM's SamplingParams names.
 ANSWER_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "seed",
@@ -212,6 +239,90 @@ def _patch_serving_chat(fix: str, module: Any) -> None:
 
     cls._build_sampling_params_list_from_request = _mark(build, fix)
     logger.info("vllm_omni_serve engine plugin revision %d: %s in force", REVISION, fix)
+
+
+# --- qwen3_omni_pd_pipelines -------------------------------------------------------------------------------
+
+
+def pd_pipeline(name: str, engine_pipeline: Any) -> Any:
+    """The PD pipeline ``name`` made of ``engine_pipeline``'s (the engine's Qwen3-Omni) stages.
+
+    Prefill is the thinker without a final output and without a next-stage processor (the orchestrator hands
+    decode the original prompt and the KV transfer parameters, never a processed payload); decode is the
+    thinker reading prefill, writing the text and, in the audio pipeline, feeding the talker as the thinker
+    does. The talker and code2wav follow decode, one stage id later than in the engine's pipeline.
+    """
+    import dataclasses
+
+    by_stage = {stage.model_stage: stage for stage in engine_pipeline.stages}
+    roles = PD_PIPELINES[name]
+    audio = "talker" in roles
+    stages = []
+    for stage_id, role in enumerate(roles):
+        if role == "prefill":
+            stage = dataclasses.replace(by_stage["thinker"], stage_id=stage_id, final_output=False,
+                                        final_output_type=None, custom_process_next_stage_input_func=None,
+                                        async_chunk_process_next_stage_input_func=None,
+                                        extras={**by_stage["thinker"].extras, PD_MARKER: "prefill"})
+        elif role == "decode":
+            thinker = by_stage["thinker"]
+            stage = dataclasses.replace(
+                thinker, stage_id=stage_id, input_sources=(stage_id - 1,),
+                custom_process_next_stage_input_func=thinker.custom_process_next_stage_input_func if audio else None,
+                async_chunk_process_next_stage_input_func=None, extras={**thinker.extras, PD_MARKER: "decode"})
+        else:
+            stage = dataclasses.replace(by_stage[role], stage_id=stage_id, input_sources=(stage_id - 1,),
+                                        async_chunk_process_next_stage_input_func=None)
+        stages.append(stage)
+    return dataclasses.replace(engine_pipeline, model_type=name, stages=tuple(stages), duplex_plugin=None,
+                               default_session_mode=None, default_deploy_config_name=None)
+
+
+def _patch_pipeline_registry(fix: str, module: Any) -> None:
+    if all(name in module.OMNI_PIPELINES for name in PD_PIPELINES):
+        return
+    from vllm_omni.model_executor.models.qwen3_omni.pipeline import QWEN3_OMNI_PIPELINE
+
+    for name in PD_PIPELINES:
+        module.register_pipeline(pd_pipeline(name, QWEN3_OMNI_PIPELINE))
+    logger.info("vllm_omni_serve engine plugin revision %d: %s in force (%s)", REVISION, fix, ", ".join(PD_PIPELINES))
+
+
+class _PDEngineArgs:
+    """What vLLM-Omni's PD code reads from a stage's ``engine_args``, taken from the typed stage."""
+
+    def __init__(self, stage: Any):
+        self.kv_transfer_config = stage.connector_config.kv_transfer_config
+        self.tensor_parallel_size = stage.parallel_config.tensor_parallel_size
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def _pd_role(stage: Any) -> str:
+    """The stage's PD role; AttributeError for stages without one, so ``getattr(stage, name, default)`` and
+    ``hasattr`` see them exactly as the engine made them."""
+    role = stage.stage_pipeline_config.extras.get(PD_MARKER)
+    if role is None:
+        raise AttributeError("not a vllm_omni.serve PD stage")
+    return role
+
+
+def _patch_typed_stages(fix: str, module: Any) -> None:
+    cls = module.BaseVllmOmniStageConfig
+    if getattr(cls, PATCHED, None):
+        return
+    attributes = {
+        "is_prefill_only": lambda self: _pd_role(self) == "prefill",
+        "is_decode_only": lambda self: _pd_role(self) == "decode",
+        "engine_input_source": lambda self: (_pd_role(self), list(self.stage_pipeline_config.input_sources))[1],
+        "engine_args": lambda self: (_pd_role(self), _PDEngineArgs(self))[1],
+    }
+    for name, getter in attributes.items():
+        if name in vars(cls):
+            raise RuntimeError(f"{cls.__name__}.{name} exists in this vLLM-Omni: {fix} was not written for it")
+        setattr(cls, name, property(getter))
+    setattr(cls, PATCHED, fix)
 
 
 # --- what is installed: python -m vllm_omni_serve_fixes --verify ------------------------------------------

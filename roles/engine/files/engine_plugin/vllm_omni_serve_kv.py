@@ -9,7 +9,8 @@ collection renders (``vllm_omni_kv_connector`` picks the class)::
     kv_connector_module_path: vllm_omni_serve_kv
 
 Why ``ServeMooncakeConnector`` exists (measured on an H200 with vLLM 0.26.0 + vLLM-Omni 0.26.0,
-docs/engine-facts.md): vLLM's ``MooncakeConnector.request_finished`` returns ``(delay_free_blocks, None)``
+docs/engine-facts.md; vLLM 0.30.0's ``request_finished`` is the same code, and the conformance probe shows the
+same results): vLLM's ``MooncakeConnector.request_finished`` returns ``(delay_free_blocks, None)``
 for a finished prefill, so no KV parameters reach vLLM-Omni's orchestrator, whose
 ``_build_pd_decode_params`` raises ``Missing prefill kv_transfer_params.remote_request_id`` and
 kills the engine on the first request. The subclass changes three things and nothing else:
@@ -59,8 +60,8 @@ import vllm
 import vllm.envs as vllm_envs
 from vllm.v1.request import RequestStatus
 
-REVISION = 3
-WRITTEN_FOR_VLLM = ("0.26.0",)
+REVISION = 4
+WRITTEN_FOR_VLLM = ("0.26.0", "0.30.0")
 if vllm.__version__ not in WRITTEN_FOR_VLLM:
     raise ImportError(f"vllm_omni_serve_kv revision {REVISION} is written for vLLM {', '.join(WRITTEN_FOR_VLLM)}, "
                       f"not {vllm.__version__}: deploy the vllm_omni.serve release that supports this vLLM")

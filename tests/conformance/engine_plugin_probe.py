@@ -2,7 +2,7 @@
 
 Runs in an engine venv where the plugin may or may not be installed. Usage::
 
-    <venv>/bin/python engine_plugin_probe.py MODEL_DIR PD_STAGE_CONFIG AGGREGATED_STAGE_CONFIG
+    <venv>/bin/python engine_plugin_probe.py MODEL_DIR CONFIG_FLAG PD_STAGE_CONFIG AGGREGATED_STAGE_CONFIG
 
 and prints one line ``@@engine_plugin_probe@@{json}``: what ``describe()`` says, whether vLLM's own general-plugin
 loader finds and runs the plugin, which engine functions it patched, and, where the sampling fix is in force, the
@@ -49,18 +49,31 @@ def summary(params) -> dict:
     return values
 
 
-def stage_defaults(stages) -> list:
-    from vllm_omni.engine.stage_init_utils import extract_legacy_stage_metadata
+def stage_defaults(stages, legacy: bool) -> list:
+    """Each stage's default SamplingParams, as the engine makes them (legacy stage objects or 0.28+ typed ones)."""
+    from vllm_omni.engine import stage_init_utils
 
-    return [extract_legacy_stage_metadata(stage).default_sampling_params for stage in stages]
+    if legacy:
+        return [stage_init_utils.extract_legacy_stage_metadata(stage).default_sampling_params for stage in stages]
+    return [stage_init_utils.extract_stage_metadata_from_omni_stage_config(stage).default_sampling_params
+            for stage in stages]
 
 
-def engine_client(model_dir: str, config: str) -> SimpleNamespace:
+def engine_client(model_dir: str, config: str, config_flag: str) -> SimpleNamespace:
     sys.path.insert(0, str(CHECKER_DIR))
     import _engine_check
 
-    stages, _legacy = _engine_check._resolve(model_dir, config, "--stage-configs-path")
-    return SimpleNamespace(stage_configs=stages, default_sampling_params_list=stage_defaults(stages))
+    stages, legacy = _engine_check._resolve(model_dir, config, config_flag)
+    return SimpleNamespace(stage_configs=stages, default_sampling_params_list=stage_defaults(stages, legacy))
+
+
+def pd_attributes(client: SimpleNamespace) -> list[dict]:
+    """What the engine's PD code reads off each stage object (``getattr`` with its own defaults)."""
+    return [{"is_prefill_only": getattr(stage, "is_prefill_only", False),
+             "is_decode_only": getattr(stage, "is_decode_only", False),
+             "has_engine_args": hasattr(stage, "engine_args"),
+             "engine_input_source": list(getattr(stage, "engine_input_source", []) or [])}
+            for stage in client.stage_configs]
 
 
 def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
@@ -69,6 +82,14 @@ def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
     from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat
     from vllm_omni.entrypoints.pd_utils import PDDisaggregationMixin
 
+    # What the client gets as HTTP 400: a ValueError (the chat server's own handler), and on vLLM 0.30 also a
+    # VLLMClientError such as VLLMValidationError (vLLM's app-wide handler, serve/exception_handling).
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        client_errors: tuple = (ValueError,)
+    else:
+        client_errors = (ValueError, VLLMClientError)
     serving = object.__new__(OmniOpenAIServingChat)
     serving.engine_client = client
     patched = OmniOpenAIServingChat._build_sampling_params_list_from_request
@@ -82,7 +103,7 @@ def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
         for label, build in (("with_fix", patched), ("without_fix", original)):
             try:
                 params = build(serving, request)
-            except ValueError as error:  # the chat server turns a ValueError into the client's HTTP 400
+            except client_errors as error:
                 case[label] = {"refused": str(error)}
                 continue
             stages = [summary(p) for p in params]
@@ -103,7 +124,7 @@ def chat_cases(client: SimpleNamespace, pd: bool) -> dict:
 
 
 def main() -> int:
-    model_dir, pd_config, aggregated_config = sys.argv[1:4]
+    model_dir, config_flag, pd_config, aggregated_config = sys.argv[1:5]
     real_stdout, sys.stdout = sys.stdout, sys.stderr  # the engine logs to stdout
     result: dict = {}
     try:
@@ -123,9 +144,11 @@ def main() -> int:
             "chat": getattr(serving_chat.OmniOpenAIServingChat._build_sampling_params_list_from_request,
                             fixes.PATCHED, None)}
         if "request_sampling_reaches_answer_stage" in result["describe"].get("fixes_in_force", []):
-            pd = engine_client(model_dir, pd_config)
+            pd = engine_client(model_dir, pd_config, config_flag)
+            aggregated = engine_client(model_dir, aggregated_config, config_flag)
             result["pd_chat"] = chat_cases(pd, pd=True)
-            result["aggregated_chat"] = chat_cases(engine_client(model_dir, aggregated_config), pd=False)
+            result["aggregated_chat"] = chat_cases(aggregated, pd=False)
+            result["stage_attributes"] = {"pd": pd_attributes(pd), "aggregated": pd_attributes(aggregated)}
     sys.stdout = real_stdout
     print(MARKER + json.dumps(result, default=str))
     return 0

@@ -4,19 +4,19 @@ vLLM-Omni 0.26 applies a chat request's sampling fields to prefill only in a PD 
 tokens where 32 were asked, on an H200).
 ``engine_plugin_probe.py`` loads the plugin through vLLM's own general-plugin loader and sends requests through
 the engine's chat server, its prefill preparation and its orchestrator's decode parameters, with the fix and
-without it (the engine's original function). On a version the plugin does not carry, it runs with the plugin on
-``PYTHONPATH`` and must change nothing.
+without it (the engine's original function), and reads the PD markers each stage object shows (on 0.30 the plugin's
+registered PD pipeline puts them there). That nothing is armed under a version pair a fix was not proven on is a
+unit test (tests/unit/test_engine_plugin_guard.py): every supported version carries the plugin.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
-from conftest import ENGINE_PLUGIN, OUTPUT, REPO, model_dir
+from conftest import OUTPUT, REPO, model_dir
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import (
     ANSWER_STAGE_SAMPLING_FIX,
@@ -25,8 +25,15 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data 
 )
 
 PROBE = REPO / "tests" / "conformance" / "engine_plugin_probe.py"
-PD_CONFIG = REPO / "tests" / "golden" / "pd-text-4gpu" / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
-AGGREGATED_CONFIG = REPO / "tests" / "golden" / "aggregated-026" / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
+# Per version: a rendered PD and aggregated pipeline of that version's schema.
+CONFIGS = {
+    "0.26.0": ("pd-text-4gpu", "aggregated-026"),
+    "0.30.0": ("pd-030-nixl-text-4gpu", "aggregated-030"),
+}
+
+
+def rendered(case: str):
+    return REPO / "tests" / "golden" / case / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
 EVERY_FIELD = {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 1234,
                "stop": ["END"], "stop_token_ids": [151643], "presence_penalty": 0.5, "frequency_penalty": 0.25,
                "repetition_penalty": 1.1, "logit_bias": {"42": 5.0, "7": -100.0}, "min_tokens": 2,
@@ -34,17 +41,15 @@ EVERY_FIELD = {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "
 
 
 CARRIED = [v for v in supported_versions() if support_table()[v].engine_plugin]
-NOT_CARRIED = [v for v in supported_versions() if not support_table()[v].engine_plugin]
 
 
-def run_probe(version: str, engines, loose_dir=None) -> dict:
+def run_probe(version: str, engines) -> dict:
     venv, home = engines[version]
     env = dict(os.environ)
-    if loose_dir is not None:  # not installed there: put it on the path, as if someone had
-        shutil.copytree(ENGINE_PLUGIN, loose_dir, dirs_exist_ok=True)
-        env["PYTHONPATH"] = str(loose_dir)
-    result = subprocess.run([str(venv / "bin" / "python"), str(PROBE), str(model_dir(home)), str(PD_CONFIG),
-                             str(AGGREGATED_CONFIG)], capture_output=True, text=True, timeout=600, check=False, env=env)
+    pd_case, aggregated_case = CONFIGS.get(version, CONFIGS["0.26.0"])
+    result = subprocess.run([str(venv / "bin" / "python"), str(PROBE), str(model_dir(home)),
+                             support_table()[version].config_flag, str(rendered(pd_case)), str(rendered(aggregated_case))],
+                            capture_output=True, text=True, timeout=600, check=False, env=env)
     log = OUTPUT / version / "engine_plugin_probe.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
@@ -58,14 +63,9 @@ def probe(request, engines):
     return request.param, run_probe(request.param, engines)
 
 
-@pytest.fixture(scope="module", params=NOT_CARRIED)
-def loose_probe(request, engines, tmp_path_factory):
-    return request.param, run_probe(request.param, engines, tmp_path_factory.mktemp(f"plugin-{request.param}"))
-
-
 @pytest.fixture(autouse=True)
 def _record(request):
-    for name in ("probe", "loose_probe"):
+    for name in ("probe",):
         if name in request.fixturenames:
             version = request.getfixturevalue(name)[0]
             case = request.node.name.replace(f"[{version}]", "").replace(f"{version}-", "")
@@ -133,7 +133,13 @@ def test_aggregated_comprehension_stage_gets_the_fields_the_engine_left_out(prob
     assert (left_out["min_p"], left_out["repetition_penalty"], left_out["logit_bias"]) == (0.0, 1.0, None)
 
 
-def test_never_applied_on_a_version_it_was_not_proven_on(loose_probe):
-    _unused, result = loose_probe
-    assert result["installed"] is True and result["describe"]["fixes_in_force"] == []
-    assert result["patched"] == {"chat": None}
+def test_pd_stages_carry_the_markers_and_other_stages_are_as_the_engine_made_them(probe):
+    """On 0.28+ the PD markers come from the plugin's registered pipeline (qwen3_omni_pd_pipelines); on 0.26 from
+    the rendered stage_args. Stages of the engine's own (aggregated) pipeline show nothing new."""
+    version, result = probe
+    pd, aggregated = result["stage_attributes"]["pd"], result["stage_attributes"]["aggregated"]
+    assert [(s["is_prefill_only"], s["is_decode_only"]) for s in pd[:2]] == [(True, False), (False, True)]
+    assert pd[1]["engine_input_source"] == [0] and pd[0]["has_engine_args"] and pd[1]["has_engine_args"]
+    assert not any(s["is_prefill_only"] or s["is_decode_only"] for s in aggregated)
+    if support_table()[version].schema == "stages":
+        assert not any(s["has_engine_args"] or s["engine_input_source"] for s in aggregated)

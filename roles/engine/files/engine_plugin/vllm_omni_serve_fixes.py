@@ -310,7 +310,7 @@ def _pd_role(stage: Any) -> str:
 
 def _patch_typed_stages(fix: str, module: Any) -> None:
     cls = module.BaseVllmOmniStageConfig
-    if getattr(cls, PATCHED, None):
+    if vars(cls).get(PATCHED):
         return
     attributes = {
         "is_prefill_only": lambda self: _pd_role(self) == "prefill",
@@ -319,7 +319,7 @@ def _patch_typed_stages(fix: str, module: Any) -> None:
         "engine_args": lambda self: (_pd_role(self), _PDEngineArgs(self))[1],
     }
     for name, getter in attributes.items():
-        if name in vars(cls):
+        if any(name in vars(klass) for klass in cls.__mro__):
             raise RuntimeError(f"{cls.__name__}.{name} exists in this vLLM-Omni: {fix} was not written for it")
         setattr(cls, name, property(getter))
     setattr(cls, PATCHED, fix)

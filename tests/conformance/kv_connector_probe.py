@@ -64,12 +64,13 @@ def connector(cls, role: str, groups: int = 1, config=transfer_config):
     spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
     kv_cache = KVCacheConfig(num_blocks=64, kv_cache_tensors=[],
                              kv_cache_groups=[KVCacheGroupSpec([f"layer.{i}"], spec) for i in range(groups)])
-    vllm_config = SimpleNamespace(kv_transfer_config=config(role), cache_config=SimpleNamespace(block_size=16, mamba_cache_mode="none"),
+    # What vLLM's scheduler-side connectors read of the config (0.30's NIXL scheduler reads the most).
+    parallel = SimpleNamespace(data_parallel_index=0, tensor_parallel_size=1, prefill_context_parallel_size=1,
+                               decode_context_parallel_size=1, pipeline_parallel_size=1)
+    vllm_config = SimpleNamespace(kv_transfer_config=config(role),
+                                  cache_config=SimpleNamespace(block_size=16, mamba_cache_mode="none"),
                                   scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=groups == 1),
-                                  parallel_config=SimpleNamespace(data_parallel_index=0, tensor_parallel_size=1,
-                                                                  prefill_context_parallel_size=1,
-                                                                  decode_context_parallel_size=1,
-                                                                  pipeline_parallel_size=1))
+                                  parallel_config=parallel)
     return cls(vllm_config, KVConnectorRole.SCHEDULER, kv_cache)
 
 

@@ -34,6 +34,8 @@ CONFIGS = {
 
 def rendered(case: str):
     return REPO / "tests" / "golden" / case / "expected" / "gpu-1" / "omni0" / "stage_config.yaml"
+
+
 EVERY_FIELD = {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 1234,
                "stop": ["END"], "stop_token_ids": [151643], "presence_penalty": 0.5, "frequency_penalty": 0.25,
                "repetition_penalty": 1.1, "logit_bias": {"42": 5.0, "7": -100.0}, "min_tokens": 2,

@@ -18,8 +18,8 @@ from ..host._engine_data import EngineVersion
 from ._checkers import SettingError, show
 from ._deployment import Deployment
 from ._pipelines import stage_layout
-from ._stage_config import bundled_stage
 from ._problems import ALL_HOSTS, Problems
+from ._stage_config import bundled_stage
 from ._stages import (
     ENGINE_ARGS,
     GPU_MEMORY_BUDGET,

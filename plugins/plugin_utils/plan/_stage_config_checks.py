@@ -224,8 +224,7 @@ def _check_deploy(document: dict, engine: EngineVersion, environment: dict) -> l
                         "run the engine's own pipeline")
     known_ids = set(range(len(pd_roles))) if pd_roles else \
         {stage["stage_id"] for stage in engine.data["bundled_deploy"]["stages"]}
-    connectors = document.get("connectors") or {}
-    prefill = decode = None
+    pd_stages: dict[str, tuple[int, dict]] = {}
     for position, stage in enumerate(stages):
         where = f"stages[{position}]"
         if not isinstance(stage, dict) or "stage_id" not in stage:
@@ -234,47 +233,60 @@ def _check_deploy(document: dict, engine: EngineVersion, environment: dict) -> l
         if stage["stage_id"] not in known_ids:
             problems.append(f"{where}: stage_id {stage['stage_id']!r} is not a stage of the "
                             f"{pipeline or 'Qwen3-Omni'} pipeline ({sorted(known_ids)}); the engine ignores it")
-        for key in ("is_prefill_only", "is_decode_only"):
-            if key in stage:
-                problems.append(f"{where}: {key} cannot be expressed in the stages: schema (the engine refuses it: "
-                                f"\"no structured config owner\"); a PD pipeline's roles come from its `pipeline:`"
-                                + (f" ({', '.join(sorted(engine.pd_pipelines.values()))})" if engine.pd_pipelines
-                                   else f": {engine.pd_refused_because}"))
         role = pd_roles[stage["stage_id"]] if pd_roles and stage["stage_id"] in known_ids else None
-        if "kv_transfer_config" in stage and role not in ("prefill", "decode"):
-            problems.append(f"{where}: kv_transfer_config belongs to the prefill and decode stages of a PD pipeline"
-                            + (f" (`pipeline:` {', '.join(sorted(engine.pd_pipelines.values()))})" if engine.pd_pipelines
-                               else f"; prefill/decode needs a stage_args version: {engine.pd_refused_because}"))
-        if role == "prefill":
-            prefill = (stage["stage_id"], _as_legacy_pd_stage(stage, []))
-        elif role == "decode":
-            decode = (stage["stage_id"], _as_legacy_pd_stage(stage, [stage["stage_id"] - 1]))
-        for key in ("model_stage", "worker_type", "scheduler_cls", "engine_output_type", "engine_input_source",
-                    "custom_process_input_func", "final_output", "final_output_type"):
-            if key in stage:
-                problems.append(f"{where}: {key} is topology, fixed by the engine's pipeline definition; remove it")
-        for source, name in (stage.get("input_connectors") or {}).items():
-            if name not in connectors:
-                problems.append(f"{where}: input_connectors.{source} names {name!r}, which connectors: does not define")
+        problems += _check_deploy_stage(where, stage, role, document, engine)
+        if role in ("prefill", "decode"):
+            pd_stages[role] = (stage["stage_id"], _as_legacy_pd_stage(stage, [] if role == "prefill" else [0]))
     if pd_roles:
-        wired = {(edge.get("from"), edge.get("to")) for edge in document.get("edges") or [] if isinstance(edge, dict)}
-        wired |= {(int(source.removeprefix("from_stage_")), stage["stage_id"]) for stage in stages
-                  if isinstance(stage, dict) for source in (stage.get("input_connectors") or {})
-                  if source.removeprefix("from_stage_").isdigit()}
-        unwired = [f"{i - 1} -> {i}" for i in range(1, len(pd_roles)) if (i - 1, i) not in wired]
-        if unwired:
-            problems.append(f"edges: {', '.join(unwired)} missing: the stages: schema connects only the stages its "
-                            "document wires (edges or input_connectors), whatever the pipeline says; list "
-                            "{from: N, to: N+1} for each")
-        if document.get("async_chunk", True) is not False:
-            problems.append("async_chunk must be false for a PD pipeline: the engine refuses native KV transfer with "
-                            "chunked hand-offs (\"requires async_chunk=False\")")
-        if prefill is None or decode is None:
-            problems.append(f"pipeline {pipeline} needs its prefill (stage 0) and decode (stage 1) stages listed, "
-                            "each with its kv_transfer_config")
-        else:
-            problems += _check_pd_pair(prefill, decode, engine, environment)
+        problems += _check_pd_pipeline(document, pd_roles, pd_stages, engine, environment)
     return problems
+
+
+def _check_deploy_stage(where: str, stage: dict, role: str | None, document: dict, engine: EngineVersion) -> list[str]:
+    """One stages: entry: no topology keys, PD keys only where the pipeline has that role, connectors defined."""
+    problems = []
+    pipelines = ", ".join(sorted(engine.pd_pipelines.values()))
+    for key in ("is_prefill_only", "is_decode_only"):
+        if key in stage:
+            problems.append(f"{where}: {key} cannot be expressed in the stages: schema (the engine refuses it: "
+                            f"\"no structured config owner\"); a PD pipeline's roles come from its `pipeline:`"
+                            + (f" ({pipelines})" if pipelines else f": {engine.pd_refused_because}"))
+    if "kv_transfer_config" in stage and role not in ("prefill", "decode"):
+        problems.append(f"{where}: kv_transfer_config belongs to the prefill and decode stages of a PD pipeline"
+                        + (f" (`pipeline:` {pipelines})" if pipelines
+                           else f"; prefill/decode needs a stage_args version: {engine.pd_refused_because}"))
+    for key in ("model_stage", "worker_type", "scheduler_cls", "engine_output_type", "engine_input_source",
+                "custom_process_input_func", "final_output", "final_output_type"):
+        if key in stage:
+            problems.append(f"{where}: {key} is topology, fixed by the engine's pipeline definition; remove it")
+    connectors = document.get("connectors") or {}
+    for source, name in (stage.get("input_connectors") or {}).items():
+        if name not in connectors:
+            problems.append(f"{where}: input_connectors.{source} names {name!r}, which connectors: does not define")
+    return problems
+
+
+def _check_pd_pipeline(document: dict, roles: tuple[str, ...], pd_stages: dict[str, tuple[int, dict]],
+                       engine: EngineVersion, environment: dict) -> list[str]:
+    """A registered PD pipeline's document as a whole: every edge wired, no chunked hand-offs, the PD pair."""
+    problems = []
+    stages = [stage for stage in document["stages"] if isinstance(stage, dict)]
+    wired = {(edge.get("from"), edge.get("to")) for edge in document.get("edges") or [] if isinstance(edge, dict)}
+    wired |= {(int(source.removeprefix("from_stage_")), stage.get("stage_id")) for stage in stages
+              for source in (stage.get("input_connectors") or {}) if source.removeprefix("from_stage_").isdigit()}
+    unwired = [f"{i - 1} -> {i}" for i in range(1, len(roles)) if (i - 1, i) not in wired]
+    if unwired:
+        problems.append(f"edges: {', '.join(unwired)} missing: the stages: schema connects only the stages its "
+                        "document wires (edges or input_connectors), whatever the pipeline says; list "
+                        "{from: N, to: N+1} for each")
+    if document.get("async_chunk", True) is not False:
+        problems.append("async_chunk must be false for a PD pipeline: the engine refuses native KV transfer with "
+                        "chunked hand-offs (\"requires async_chunk=False\")")
+    if set(pd_stages) != {"prefill", "decode"}:
+        problems.append(f"pipeline {document.get('pipeline')} needs its prefill (stage 0) and decode (stage 1) stages "
+                        "listed, each with its kv_transfer_config")
+        return problems
+    return problems + _check_pd_pair(pd_stages["prefill"], pd_stages["decode"], engine, environment)
 
 
 def _pd_pipeline_roles(engine: EngineVersion, pipeline: Any) -> tuple[str, ...] | None:

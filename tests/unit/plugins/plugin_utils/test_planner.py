@@ -104,7 +104,7 @@ def test_pd_stages_carry_the_flags_roles_and_kv_wiring_the_engine_checks():
     assert p_kv["kv_connector"] == d_kv["kv_connector"] == "ServeMooncakeConnector"
     assert p_kv["kv_connector_module_path"] == d_kv["kv_connector_module_path"] == "vllm_omni_serve_kv"
     assert plan["backend"]["kv_connector"] == {"module": "vllm_omni_serve_kv", "class": "ServeMooncakeConnector",
-                                               "revision": 3, "transport": "mooncake"}
+                                               "revision": 4, "transport": "mooncake"}
     assert p_kv["kv_ip"] == "10.0.0.11"
     assert p_kv["engine_id"] == "gpu-a-omni1-prefill" and d_kv["engine_id"] == "gpu-a-omni1-decode"
     assert p_kv["kv_connector_extra_config"]["mooncake_bootstrap_port"] == 8999
@@ -169,7 +169,8 @@ def test_a_connector_the_version_does_not_run_is_refused(monkeypatch):
     monkeypatch.setattr(_engine_data, "support_table", lambda: table)
     expect(one_host(gpus=range(4), vllm_omni_kv_connector="nixl"),
            "vllm_omni_kv_connector is nixl, which the collection does not run with vLLM-Omni 0.26.0",
-           "(its PD connectors: mooncake)", "set vllm_omni_kv_connector to one of: mooncake")
+           "(its PD connectors: mooncake)", "set vllm_omni_version to 0.30.0 for nixl, "
+           "or vllm_omni_kv_connector to one of: mooncake")
 
 
 def test_nixl_ports_are_checked_like_the_others():
@@ -362,9 +363,60 @@ def test_port_range_running_past_65535_is_refused():
     expect(one_host(gpus=range(6), vllm_omni_api_port_base=65535), "past 65535", "lower vllm_omni_api_port_base")
 
 
-def test_pd_on_a_version_that_cannot_run_it_names_the_versions_that_can():
+def test_pd_on_a_version_that_cannot_run_it_names_the_versions_that_can(monkeypatch):
+    from dataclasses import replace
+
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data
+
+    table = dict(_engine_data.support_table())
+    table["0.30.0"] = replace(table["0.30.0"], layouts=("aggregated",), pd_refused_because="no PD pipeline")
+    monkeypatch.setattr(_engine_data, "support_table", lambda: table)
     expect(one_host(vllm_omni_version="0.30.0"),
-           "vllm_omni_layout is pd, which vLLM-Omni 0.30.0 cannot run", "set vllm_omni_version to 0.26.0")
+           "vllm_omni_layout is pd, which vLLM-Omni 0.30.0 cannot run: no PD pipeline", "set vllm_omni_version to 0.26.0")
+
+
+@pytest.mark.parametrize("audio, pipeline", [(True, "qwen3_omni_moe_pd"), (False, "qwen3_omni_moe_pd_text")])
+def test_pd_on_030_names_the_plugins_pipeline_and_wires_each_pd_stage(audio, pipeline):
+    plan = build_plan(one_host(gpus=range(6), vllm_omni_version="0.30.0", vllm_omni_audio_output=audio))
+    document = pipelines(plan)[1]["stage_config"]
+    assert (document["pipeline"], document["async_chunk"]) == (pipeline, False) and "connectors" not in document
+    stages = document["stages"]
+    assert [stage["stage_id"] for stage in stages] == list(range(4 if audio else 2))
+    assert document["edges"] == [{"from": i - 1, "to": i} for i in range(1, len(stages))]
+    prefill, decode = stages[:2]
+    assert (prefill["kv_transfer_config"]["kv_role"], decode["kv_transfer_config"]["kv_role"]) == \
+        ("kv_producer", "kv_consumer")
+    assert prefill["kv_transfer_config"]["kv_connector"] == "ServeMooncakeConnector"
+    assert not any("kv_transfer_config" in stage or "input_connectors" in stage for stage in stages[2:])
+    # both thinker copies take the bundled thinker's settings, and its CUDA overlay
+    assert prefill["max_num_seqs"] == decode["max_num_seqs"] == 64
+    assert [entry["stage_id"] for entry in document["platforms"]["cuda"]["stages"]] == [0, 1]
+    assert plan["backend"]["engine_plugin"]["fixes"] == ["qwen3_omni_pd_pipelines", "request_sampling_reaches_answer_stage"]
+
+
+def test_pd_deploy_config_check_refuses_what_the_engine_would_not_run():
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import support_table
+    from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._stage_config_checks import check_document
+
+    engine = support_table()["0.30.0"]
+    good = pipelines(build_plan(one_host(gpus=range(6), vllm_omni_version="0.30.0",
+                                         vllm_omni_audio_output=False)))[0]["stage_config"]
+    assert check_document(good, engine) == []
+    chunked = {**good, "async_chunk": True}
+    assert any("async_chunk must be false" in p for p in check_document(chunked, engine))
+    unwired = {key: value for key, value in good.items() if key != "edges"}
+    assert any("edges: 0 -> 1 missing" in p for p in check_document(unwired, engine))
+    unknown = {**good, "pipeline": "qwen3_omni_moe_pd_audio"}
+    assert any("is not a Qwen3-Omni pipeline the collection runs" in p for p in check_document(unknown, engine))
+    marked = {**good, "stages": [{**good["stages"][0], "is_prefill_only": True}, good["stages"][1]]}
+    assert any("is_prefill_only cannot be expressed" in p for p in check_document(marked, engine))
+    same_role = {**good, "stages": [good["stages"][0], {**good["stages"][1], "kv_transfer_config": {
+        **good["stages"][1]["kv_transfer_config"], "kv_role": "kv_producer"}}]}
+    assert any("decode kv_role is 'kv_producer'" in p for p in check_document(same_role, engine))
+    aggregated = pipelines(build_plan(one_host(gpus=range(6), vllm_omni_version="0.30.0",
+                                               vllm_omni_layout="aggregated")))[0]["stage_config"]
+    with_kv = {**aggregated, "stages": [{**aggregated["stages"][0], "kv_transfer_config": {}}, *aggregated["stages"][1:]]}
+    assert any("kv_transfer_config belongs to the prefill and decode stages" in p for p in check_document(with_kv, engine))
 
 
 @pytest.mark.parametrize(("gpus", "fragments"), [

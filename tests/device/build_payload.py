@@ -19,7 +19,7 @@ data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt (``uv pip compile --generate-hashe
    (and lib-fallback/, see DEB_DEVICE_PROVIDES) and checks that every library engine.so needs is
    then accounted for;
 6. packs site/, lib/ and lib-fallback/ with a reproducible `tar | xz -9e` into .device/engine.tar.xz.partN
-   chunks of at most 46 MiB (a device call carries 64 MiB, the working tree included) and writes
+   chunks of at most 40 MiB (a device call carries 64 MiB, the working tree included) and writes
    .device/payload.json, copied to tests/device/payload.json so the checksums and the lock's versions
    travel in the checkout.  On the device, pd_serving.py compares every package it does not carry with
    the lock (``versions`` in its results) and prints the ones that differ.
@@ -168,9 +168,9 @@ DEVICE_SONAMES = re.compile(
     r"|libstdc\+\+\.so\.6|libgcc_s\.so\.1|liblzma\.so\.5|libcuda\.so\.1|libcudart\.so\.13"
 )
 
-# A device call carries 64 MiB in all, the working tree included: about 11 MiB since data/locks holds
-# one lock per platform (2026-12-02), plus 2.6 MiB of extras with the last part.  46 MiB leaves room.
-PART_BYTES = 46 * 1024 * 1024  # 48,234,496
+# A device call carries 64 MiB in all, the working tree included: about 20 MiB since data/locks holds
+# 0.30's PD locks too (2026-12-06; 11 MiB before), plus 2.6 MiB of extras with the last part.  40 MiB leaves room.
+PART_BYTES = 40 * 1024 * 1024  # 41,943,040
 
 
 def log(msg: str) -> None:

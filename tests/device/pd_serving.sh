@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device side of the real-GPU PD run (issue 11; docs/gpu-evidence.md), called through the device
 # tool's `run` from the repository root, after tests/device/prepare.sh built .device/ here:
-#   tests/device/pd_serving.sh stage FILE...          keep carried files in /srv/stage/in; one 46 MiB
+#   tests/device/pd_serving.sh stage FILE...          keep carried files in /srv/stage/in; one 40 MiB
 #                                                      part per call (the tool carries 64 MiB), calls back
 #                                                      to back (the machine is given back after 30 s idle)
 #   tests/device/pd_serving.sh imports NAME=RENDER[:sandbox]

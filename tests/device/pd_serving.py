@@ -267,9 +267,13 @@ def prepare_sandbox(plan: dict, pipeline: dict) -> dict:
     return {"host": host, "user": account["user"], "group": account["group"], "home": home, "footprint": applied}
 
 
-def fresh_home(home: str) -> None:
-    """Every start begins with an empty engine home (no Triton or CUDA JIT caches from an earlier start)."""
+def fresh_home(home: str, keep_compile_cache: str | None = None) -> None:
+    """Every start begins with an empty engine home (no Triton or CUDA JIT caches from an earlier start), except,
+    for a warm restart, the plan's compile cache (``keep_compile_cache``: its path), as a host's unit keeps it
+    across restarts. (Run 12's "warm" start had lost it here, at this wipe: docs/gpu-evidence.md.)"""
     keep = {"hf"}
+    if keep_compile_cache:
+        keep.add(Path(keep_compile_cache).relative_to(home).parts[0])
     for entry in Path(home).iterdir() if Path(home).is_dir() else []:
         if entry.name in keep:
             continue
@@ -604,11 +608,11 @@ def evidence(engine: Engine, pipeline: dict, results: dict, pd: bool) -> dict:
 
 
 def scenario(name: str, render: Path, stock: bool, logs: Path, ready_timeout: float, quick: bool,
-             sandboxed: bool = False) -> dict:
+             sandboxed: bool = False, keep_compile_cache: bool = False) -> dict:
     plan = json.loads((render / "plan.json").read_text())
     pipeline = lay_out(render, plan)
     venv = make_venv(Path(pipeline["paths"]["venv"]))
-    fresh_home(plan["paths"]["engine_home"])
+    fresh_home(plan["paths"]["engine_home"], plan["backend"]["compile_cache"] if keep_compile_cache else None)
     connector = None if stock else install_connector(plan, venv["purelib"])
     if stock:
         use_stock_connector(Path(pipeline["paths"]["stage_config"]))
@@ -694,6 +698,9 @@ def main() -> int:
     parser.add_argument("--ready-timeout", type=float, default=420)
     parser.add_argument("--imports-only", action="store_true",
                         help="set up the first scenario's venv and import what its engine will, then stop")
+    parser.add_argument("--keep-compile-cache", action="store_true",
+                        help="a warm restart: keep the plan's compile cache from the previous start (the rest of the "
+                             "engine home is emptied as before)")
     parser.add_argument("--compile-bytecode", action="store_true",
                         help="python -m compileall the staged packages and the machine's site-packages first")
     args = parser.parse_args()
@@ -716,7 +723,7 @@ def main() -> int:
             venv = make_venv(Path(lay_out(Path(render), plan)["paths"]["venv"]))
             results["versions"] = lock_versions(f"{venv['venv']}/bin/python")
         results[name] = scenario(name, Path(render), flag == "stock", logs, args.ready_timeout, quick=flag == "stock",
-                                 sandboxed=flag == "sandbox")
+                                 sandboxed=flag == "sandbox", keep_compile_cache=args.keep_compile_cache)
         results_path.write_text(json.dumps(results, indent=1, default=str))
     pack_logs(logs, out / "logs.tar.gz")
     for problem in check_out(out):

@@ -507,3 +507,23 @@ def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
     estimates = [int(n) for n in re.findall(r"\(about (\d+) s", done.stdout)]
     assert "--restart natural" in calls["D"] and "--restart bounded" in calls["E"]
     assert len(estimates) == 5 and all(300 < n <= 570 for n in estimates), estimates
+
+
+def test_a_warm_restart_keeps_only_the_plans_compile_cache_of_the_engine_home(tmp_path):
+    """pd_serving.py empties the engine home before every start; --keep-compile-cache keeps the plan's compile cache
+    (what a host's unit keeps across restarts), and nothing else but the model cache."""
+    sys.path.insert(0, str(REPO / "tests" / "device"))
+    try:
+        import pd_serving
+    finally:
+        sys.path.remove(str(REPO / "tests" / "device"))
+    home = tmp_path / "home"
+    for path in ("hf/model", "compile-cache/vllm-omni-0.26.0/vllm/model", ".triton/cache/x", "stray"):
+        (home / path).parent.mkdir(parents=True, exist_ok=True)
+        (home / path).write_text("x")
+    cache = str(home / "compile-cache" / "vllm-omni-0.26.0")
+    pd_serving.fresh_home(str(home), keep_compile_cache=cache)
+    assert sorted(p.name for p in home.iterdir()) == ["compile-cache", "hf"]
+    assert (home / "compile-cache" / "vllm-omni-0.26.0" / "vllm" / "model").is_file()
+    pd_serving.fresh_home(str(home))
+    assert sorted(p.name for p in home.iterdir()) == ["hf"]

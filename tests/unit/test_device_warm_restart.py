@@ -37,3 +37,22 @@ def test_the_doc_states_the_recorded_compile_times_and_the_cache_paths_are_the_p
     golden = (REPO / "tests" / "golden" / "pd-2hosts" / "expected" / "gpu-1" / "omni0" / "engine.env").read_text()
     assert 'VLLM_CACHE_ROOT="/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0/vllm"' in golden
     assert "/var/lib/vllm-omni/compile-cache/vllm-omni-0.26.0/" in notes and "vllm/torch_compile_cache/" in notes
+
+
+WATCH = REPO / "tests" / "fixtures" / "device-h200-aot-watch"
+
+
+def test_run_13_states_what_its_watch_recorded():
+    """Section 1l: both artifacts saved and kept after the engine stopped; the directory emptied when the harness began
+    the next scenario; the ready times are the recorded ones."""
+    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    start = text.index("## 1l. Run 13")
+    doc = text[start:text.index("\n## ", start + 1)]
+    results = json.loads((WATCH / "results.json").read_text())
+    for run in ("cold", "warm"):
+        assert f"ready after {results[run]['ready']['seconds']} s" in doc
+    watch = (WATCH / "aot-watch.txt").read_text()
+    assert "20:34:54.062  entries under torch_aot_compile: 0" in watch and "| 20:34:54 |" in doc
+    assert watch.count("/rank_0_0/model 5174826 bytes") >= 2 and "5,174,826 bytes" in doc
+    cold_end = re.search(r"cold end (\d\d:\d\d:\d\d)", watch).group(1)
+    assert cold_end < "20:34:54", "the directory vanished before the first scenario ended"

@@ -24,6 +24,8 @@ import time
 import pytest
 from test_lab import CACHE, LAB, LAB_INVENTORY, REPO, TRIXIE, lab, on, playbook, put, scenario  # the lab's helpers
 
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host._engine_data import support_table
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (CI runs as root)")
 
 
@@ -67,7 +69,9 @@ def test_real_engine_installs_from_the_wheelhouse_and_checks_its_configs_on_the_
     # The collection's KV connector sits in the venv's site-packages, and the engine imports it there.
     connector = on(one_host, "/opt/vllm-omni/venvs/vllm-omni-0.26.0/bin/python -c "
                              "'import vllm_omni_serve_kv as k; print(k.__file__, k.REVISION)'").split()[-2:]
-    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.13/site-packages/vllm_omni_serve_kv.py", "3"]
+    revision = str(support_table()["0.26.0"].kv_connector("mooncake")["revision"])  # the one the plan pins
+    assert connector == ["/opt/vllm-omni/venvs/vllm-omni-0.26.0/lib/python3.13/site-packages/vllm_omni_serve_kv.py",
+                         revision]
     for pipeline in ("omni0", "omni1"):
         config = on(one_host, f"cat /etc/vllm-omni/{pipeline}/stage_config.yaml")
         assert "is_prefill_only: true" in config and "kv_ip: \"10.77.0.11\"" in config

@@ -27,7 +27,7 @@ def environment(deployment: Deployment, ip: str, gpus: list[int], ports: dict) -
     }
     if process.backend == "engine":
         # Compile caches kept across restarts, out of /tmp (PrivateTmp); vLLM points Inductor into its own root for
-        # what it compiles, these hold the rest. A warm start still recompiled on 0.26 (gpu-evidence.md run 12).
+        # what it compiles, these hold the rest. Both 0.26 stages save their AOT artifact there (gpu-evidence.md run 13).
         cache = _names.compile_cache_dir(deployment.engine.version)
         env.update({"VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
                     "TRITON_CACHE_DIR": f"{cache}/triton"})

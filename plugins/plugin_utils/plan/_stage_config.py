@@ -204,9 +204,8 @@ def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
         doc = _copy(bundled_stage(engine, role))
         doc["stage_id"] = stage["id"]
         if pd:
-            # The edges name the engine pipeline's stage ids (from_stage_0 is the thinker); in the registered PD
-            # pipeline every edge is one stage to the next, and without named connectors the engine wires each
-            # itself, as for 0.26's stage_args.
+            # Its keys name the engine pipeline's stage ids (from_stage_0 is the thinker); the registered PD
+            # pipeline's edges are listed in the document instead (below).
             doc.pop("input_connectors", None)
         if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
             doc["tensor_parallel_size"] = stage["tensor_parallel_size"]
@@ -222,7 +221,8 @@ def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
     if pd:
         # The registered PD pipeline (the collection's engine plugin), whole-request hand-offs only: KV transfer
         # and chunked streaming between stages do not mix (the engine refuses native KV with async_chunk).
-        document = {"pipeline": engine.pd_pipeline(audio=len(stages) > 2), **document, "async_chunk": False}
+        audio = any(stage["role"] == "talker" for stage in pipeline["stages"])
+        document = {"pipeline": engine.pd_pipeline(audio), **document, "async_chunk": False}
         document.pop("connectors", None)
         # The stages: schema takes a pipeline's edges from the document alone (input_connectors or edges), not
         # from the registered pipeline: listed here, the engine puts its shared-memory connector on each, as

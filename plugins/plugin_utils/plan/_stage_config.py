@@ -210,6 +210,9 @@ def _build_deploy(engine: EngineVersion, pipeline: dict, overrides: dict) -> dic
         if stage["tensor_parallel_size"] > 1 or MODEL_STAGE[role] == "thinker":
             doc["tensor_parallel_size"] = stage["tensor_parallel_size"]
         doc["devices"] = stage["devices"]
+        if "replicas" in stage:
+            # xPyD, as in stage_args: the head pre-allocates that many engines of a remote stage and waits for them.
+            doc["num_replicas"] = stage["replicas"]
         if stage.get("kv_role"):
             doc["kv_transfer_config"] = _kv_transfer_config(stage, pipeline, engine)
         doc.update(overrides.get(role, {}).get("engine_args", {}))

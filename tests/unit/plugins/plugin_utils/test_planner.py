@@ -580,3 +580,15 @@ def test_gc_paused_leaves_a_process_s_own_frozen_objects_frozen():
         assert gc.isenabled() and gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_xpyd_on_030_gives_each_stage_its_replica_count_as_stage_args_does():
+    from testlib import REPO, load_ansible_inventory
+
+    plan = build_plan(load_ansible_inventory(REPO / "tests" / "golden" / "pd-030-xpyd-4hosts" / "inventory"))
+    heads = [p for host in plan["hosts"].values() for p in host["pipelines"] if p["process"] == "head"]
+    assert heads
+    for pipeline in heads:
+        replicas = {stage["id"]: stage["replicas"] for stage in pipeline["stages"]}
+        assert {stage["stage_id"]: stage["num_replicas"] for stage in pipeline["stage_config"]["stages"]} == replicas
+    assert {2, 1} <= {count for p in heads for count in (s["replicas"] for s in p["stages"])}

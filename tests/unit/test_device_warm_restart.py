@@ -56,3 +56,29 @@ def test_run_13_states_what_its_watch_recorded():
     assert watch.count("/rank_0_0/model 5174826 bytes") >= 2 and "5,174,826 bytes" in doc
     cold_end = re.search(r"cold end (\d\d:\d\d:\d\d)", watch).group(1)
     assert cold_end < "20:34:54", "the directory vanished before the first scenario ended"
+
+
+KEPT = REPO / "tests" / "fixtures" / "device-h200-warm-restart-kept"
+
+
+def test_run_14_states_its_recorded_ready_and_compile_times():
+    """Section 1m: the ready times, compile times and answers in its table are run 14's recorded ones, and both warm
+    starts loaded the saved artifacts."""
+    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    start = text.index("## 1m. Run 14")
+    doc = text[start:text.index("\n## ", start + 1)]
+    results = json.loads((KEPT / "results.json").read_text())
+    ready = [results[run]["ready"]["seconds"] for run in ("cold", "warm", "warm2")]
+    assert all(results[run]["ready"]["ready"] for run in ("cold", "warm", "warm2"))
+    assert "| start to `/health` 200 (s) | {} | {} | {} |".format(*ready) in doc
+    for run in ("cold", "warm", "warm2"):
+        cells = [c for c in results[run]["summary"].values() if isinstance(c, dict) and "requests" in c]
+        assert (sum(c["requests"] for c in cells), sum(c["ok"] for c in cells)) == (32, 32), run
+    lines = (KEPT / "phase-lines.txt").read_text() + (KEPT / "warm2-timeline.txt").read_text()
+    compiled = re.findall(r"torch\.compile took ([\d.]+) s", lines)
+    assert compiled == ["24.79", "15.92", "2.57", "2.60", "2.97", "3.39"], compiled
+    assert "| stage 0: torch.compile (s) | 24.79 | 2.57 | 2.97 |" in doc
+    assert "| stage 1: torch.compile (s) | 15.92 | 2.60 | 3.39 |" in doc
+    assert lines.count("Directly load AOT compilation") == 4  # both stages, both warm starts
+    assert "initialized in 77.30 seconds" in lines and "77.30" in doc
+    assert f"{round(100 * ready[1] / ready[0])} % and {round(100 * ready[2] / ready[0])} %" in doc

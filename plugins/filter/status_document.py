@@ -59,11 +59,12 @@ from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory im
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
 
 
-def status_document(plan, units, health, router, metrics=None):
+def status_document(plan, units, health, router, metrics=None, self_heal=None):
     if not isinstance(plan, dict) or "hosts" not in plan:
         raise AnsibleFilterError("status_document expects the plan as input")
     return _status.status_document(plain(plan), plain(units), plain(health), plain(router),
-                                   metrics=None if metrics is None else plain(metrics))
+                                   metrics=None if metrics is None else plain(metrics),
+                                   self_heal=None if self_heal is None else plain(self_heal))
 
 
 class FilterModule:

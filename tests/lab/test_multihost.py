@@ -37,7 +37,10 @@ def inventory(tmp_path_factory, **group_vars) -> Path:
               "vllm_omni_router": {"hosts": {"lab-1": None}}}
     return scenario(tmp_path_factory.mktemp("inventory"), groups,
                     {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
-                     "vllm_omni_api_key": KEY, "vllm_omni_audio_output": False, **group_vars})
+                     "vllm_omni_api_key": KEY, "vllm_omni_audio_output": False,
+                     # The self-heal agents probe every 2 s (3 failed probes: 6 s), not every 10 s, so that the
+                     # lab's faults heal within seconds.
+                     "vllm_omni_self_heal_interval": 2, **group_vars})
 
 
 @pytest.fixture(scope="module")
@@ -173,12 +176,17 @@ def seconds(start: int, end: int) -> float:
 
 
 def test_rolling_upgrade_of_the_spanning_pipeline_under_load_drops_no_request(spanning, tmp_path_factory):
+    healed = {host: {u: w["restarts_total"] for u, w in heal_restarts(host).items()} for host in ADDRESS}
     load = Load()
     start = time.monotonic()
     playbook("upgrade.yml", inventory(tmp_path_factory, vllm_omni_extra_env={"ROLLOUT_MARK": "1"}))
     seconds = time.monotonic() - start
     report = load.report()
     assert report["failed"] == 0 and report["ok"] > 100, report
+    # The roll restarted every pipeline; the agents, paused while it worked, restarted none of them.
+    assert {host: {u: w["restarts_total"] for u, w in heal_restarts(host).items()} for host in ADDRESS} == healed
+    for host in ADDRESS:
+        assert on(host, "test -e /var/lib/vllm-omni-serve/self-heal-pause && echo paused || echo lifted").strip() == "lifted"
     for host, name in (("lab-2", "omni-span0"), ("lab-3", "omni-span0-decode0"), ("lab-1", "omni0")):
         assert on(host, f"grep -h ROLLOUT_MARK /etc/vllm-omni/{name}/engine.env").strip() == 'ROLLOUT_MARK="1"', name
     record("rolling_upgrade_spanning", seconds=round(seconds, 1), load=report)
@@ -212,10 +220,88 @@ def test_a_killed_headless_stage_is_restarted_and_its_pipeline_serves_again(span
     assert report["failed"] <= 4 and report["ok"] > 100, report
 
 
+HEAL_STATE = "/var/lib/vllm-omni-serve/self-heal.json"
+
+
+def heal_restarts(host: str) -> dict[str, dict]:
+    """The self-heal agent's record on ``host``: unit -> {restarts_total, last, state, ...}."""
+    return {w["unit"]: w for w in json.loads(on(host, f"cat {HEAL_STATE}"))["watch"]}
+
+
+def serves_again(unit_host: str, unit: str, since: float, timeout: float = 240) -> float | None:
+    """Seconds after ``since`` (monotonic) until a request through the spanning pipeline's head reached its decode
+    stage again, or None."""
+    count = decode_requests()
+    while time.monotonic() - since < timeout:
+        if decode_requests() > count and on(unit_host, f"systemctl is-active {unit}").strip() == "active":
+            return round(time.monotonic() - since, 1)
+        time.sleep(1)
+    return None
+
+
+def test_a_hung_headless_stage_is_healed_by_the_agents_head_first_then_the_stage_on_its_own_host(spanning):
+    """The headless decode stage hangs (SIGSTOP: its unit stays active, systemd sees nothing): the head answers
+    5xx from then on and nothing else recovers it. lab-2's agent restarts the head (its /health fails); the new head
+    waits for its decode stage and does not listen; lab-3's agent, seeing its head down, restarts the stage; the
+    pipeline serves again. No SSH between the hosts, no operator."""
+    head_unit, decode_unit = "vllm-omni@omni-span0.service", "vllm-omni@omni-span0-decode0.service"
+    before = {"head": heal_restarts("lab-2")[head_unit]["restarts_total"],
+              "decode": heal_restarts("lab-3")[decode_unit]["restarts_total"]}
+    load = Load()
+    time.sleep(3)
+    hung = time.monotonic()
+    on("lab-3", f"kill -STOP $(systemctl show -p MainPID --value {decode_unit})")
+    served = serves_again("lab-3", decode_unit, hung)
+    report = load.report()
+    head, decode = heal_restarts("lab-2")[head_unit], heal_restarts("lab-3")[decode_unit]
+    record("self_heal_hung_headless", serves_again_s=served, load=report,
+           head_reason=(head["last"] or {}).get("reason"), decode_reason=(decode["last"] or {}).get("reason"))
+    assert served is not None, (head, decode)
+    assert head["restarts_total"] == before["head"] + 1 and "/health failed" in head["last"]["reason"], head
+    assert decode["restarts_total"] == before["decode"] + 1 and "its head is down" in decode["last"]["reason"], decode
+    assert head["last"]["at"] < decode["last"]["at"], (head["last"], decode["last"])  # the head first
+    # The head's metrics say so to Prometheus (the agent's port is open to inventory hosts).
+    metrics = on("lab-1", "curl -s http://10.77.0.12:9097/metrics")
+    assert (f'vllm_omni_self_heal_restarts_total{{pipeline="omni-span0",unit="{head_unit}",process="head"}} '
+            f'{before["head"] + 1}') in metrics, metrics
+    # Requests that reached the spanning pipeline while it hung: the router retries them on omni0.
+    assert report["failed"] <= 8 and report["ok"] > 100, report
+
+
+def test_a_hung_single_process_pipeline_is_killed_and_restarted_by_its_agent_and_status_shows_it(spanning):
+    unit = "vllm-omni@omni0.service"
+    before = heal_restarts("lab-1")[unit]["restarts_total"]
+    load = Load()
+    time.sleep(3)
+    hung = time.monotonic()
+    on("lab-1", f"kill -STOP $(systemctl show -p MainPID --value {unit})")
+    back = None
+    while time.monotonic() - hung < 120:
+        if heal_restarts("lab-1")[unit]["restarts_total"] > before and \
+                on("lab-1", "curl -s -o /dev/null -w '%{http_code}' http://10.77.0.11:8091/health") == "200":
+            back = round(time.monotonic() - hung, 1)
+            break
+        time.sleep(1)
+    report = load.report()
+    record("self_heal_hung_single", serves_again_s=back, load=report)
+    assert back is not None, heal_restarts("lab-1")[unit]
+    assert "no answer within 5 s" in heal_restarts("lab-1")[unit]["last"]["reason"]
+    # What clients saw: requests the router had sent to omni0 before its own health checks took it out hang and fail
+    # (counted, in the record); the spanning pipeline served the rest throughout.
+    assert report["ok"] > 100 and report["failed"] < report["sent"] / 2, report
+    playbook("status.yml", spanning[0])
+    document = json.loads((CA_FILE.parents[1] / "reports" / spanning[1]["deployment_id"] / "status.json").read_text())
+    row = next(p for p in document["pipelines"] if (p["host"], p["pipeline"]) == ("lab-1", "omni0"))
+    assert row["self_heal"]["restarts"] == before + 1 and row["self_heal"]["state"] == "serving", row
+    assert row["self_heal"]["last_reason"].startswith("/health failed 3 times in a row"), row
+
+
 def test_stop_stops_every_stage_and_deploy_brings_the_pipeline_back(spanning, tmp_path_factory):
     directory = inventory(tmp_path_factory, vllm_omni_extra_env={"ROLLOUT_MARK": "1"})
     playbook("stop.yml", directory)
-    for host, unit in (("lab-2", "vllm-omni@omni-span0"), ("lab-3", "vllm-omni@omni-span0-decode0")):
+    time.sleep(8)  # longer than 3 probes of the agents: a deliberate stop stays a stop
+    for host, unit in (("lab-2", "vllm-omni@omni-span0"), ("lab-3", "vllm-omni@omni-span0-decode0"),
+                       ("lab-2", "vllm-omni-heal"), ("lab-3", "vllm-omni-heal")):
         assert on(host, f"systemctl is-active {unit}").strip() == "inactive", unit
     playbook("deploy.yml", directory)
     assert controller_get(f"http://{ADDRESS['lab-2']}:8091/health") == 0  # the controller is no peer of the engines

@@ -35,6 +35,8 @@ from ._names import (
     ROUTER_SHAPE,
     ROUTER_STATE_DIR,
     ROUTER_UNIT,
+    SELF_HEAL_CONFIG,
+    SELF_HEAL_UNIT,
     STATE_DIR,
     SYSTEMD_UNIT_DIR,
     unit_path,
@@ -103,6 +105,14 @@ def _engine_part(plan: dict, host: str) -> dict:
     if plan["backend"]["compile_cache"]:  # the real engine's, for this version (a version change prunes the old)
         directories += [_directory(COMPILE_CACHE_ROOT, "engine", owner=user, group=group, mode="0750"),
                         _directory(plan["backend"]["compile_cache"], "engine", owner=user, group=group, mode="0750")]
+    heal = plan["self_heal"]
+    if host in heal["per_host"]:  # the self-heal agent: a program the role copies, its config and unit from the plan
+        directories.append(_directory(heal["program"].rsplit("/", 1)[0], "engine"))
+        files += [_file(heal["program"], None, "engine", mode="0755"),
+                  _file(heal["config"], f"{host}/self-heal/{SELF_HEAL_CONFIG}", "engine"),
+                  _file(unit_path(SELF_HEAL_UNIT), f"{host}/systemd/{SELF_HEAL_UNIT}", "engine")]
+        # First: stop.yml and uninstall stop units in this order, and the agent must not restart what they stop.
+        units.insert(0, {"name": SELF_HEAL_UNIT, "component": "engine"})
     venvs = [plan["backend"]["venv"]]
     files.append(_sysctl(host))
     return {"accounts": [_account("engine", ENGINE_ACCOUNT)], "directories": directories, "files": files,

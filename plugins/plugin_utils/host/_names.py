@@ -28,7 +28,7 @@ FRONTDOOR_UNIT = "nginx.service"  # the distribution's; the frontdoor role adds 
 # Units whose processes are the deployment's own (not foreign load) for GPU discovery and preflight.
 # nginx is not among them: it is ours only where the host's footprint record holds our front door
 # (roles/preflight), so someone else's nginx on the router's port is still caught.
-OWN_UNITS = [ENGINE_UNIT_TEMPLATE, ROUTER_UNIT, MASTER_UNIT, PROMETHEUS_UNIT]
+OWN_UNITS = [ENGINE_UNIT_TEMPLATE, ROUTER_UNIT, MASTER_UNIT, PROMETHEUS_UNIT, "vllm-omni-heal.service"]
 
 # Service accounts: (user, group, home). Each runs its services only; none can log in.
 ENGINE_ACCOUNT = ("vllm-omni", "vllm-omni", "/var/lib/vllm-omni")  # home: caches (vLLM, Triton, torch), cwd
@@ -72,6 +72,12 @@ CONVERGE_RECORD = f"{STATE_DIR}/converge.json"  # the last whole deploy's digest
 ARTIFACT_MANIFEST_DIR = f"{STATE_DIR}/artifacts"
 ARTIFACT_CONFIG = f"{STATE_DIR}/rsyncd.conf"
 ARTIFACT_UNIT = "vllm-omni-artifacts.service"
+# The self-heal agent on every engine host (roles/engine/files/vllm_omni_heal.py; plan/_self_heal.py).
+SELF_HEAL_UNIT = "vllm-omni-heal.service"
+SELF_HEAL_PROGRAM = "self-heal/vllm_omni_heal.py"  # under the install root
+SELF_HEAL_CONFIG = "self-heal.json"  # under the config root
+SELF_HEAL_STATE = f"{STATE_DIR}/self-heal.json"  # what it watches and did (the status playbook reads it)
+SELF_HEAL_PAUSE = f"{STATE_DIR}/self-heal-pause"  # a deploy's pause: the Unix time it expires at
 
 # Where each HTTP service answers what. The plan's URLs are whole (``health_url``, ``readiness_url``,
 # ``metrics_url``, ...): roles and playbooks append nothing.

@@ -39,6 +39,7 @@ CLIENT_PORTS = {
     ("router", "api"): "vllm_omni_router_client_cidrs",
     ("router", "metrics"): "vllm_omni_monitoring_client_cidrs",
     ("prometheus", "web"): "vllm_omni_monitoring_client_cidrs",
+    ("self-heal", "metrics"): "vllm_omni_monitoring_client_cidrs",
 }
 
 

@@ -16,6 +16,8 @@ checks against real character devices on systemd 247, 252 and 257 (tests/lab/tes
 
 from __future__ import annotations
 
+from ..host._names import STATE_DIR
+
 # (directive, value). Order is the unit file's order.
 BASE = (
     ("NoNewPrivileges", "yes"),
@@ -137,4 +139,7 @@ def unit_hardening(backend: str, engine_home: str, hf_home: str) -> dict:
         "router": directives([]),
         "mooncake_master": directives([]),
         "firewall": directives([], FIREWALL_RELAXED),
+        # Root, to restart the engine units (systemd does the stopping and killing; the agent only asks it over
+        # its private socket, which needs no capability); it writes its state file and nothing else.
+        "self_heal": directives([STATE_DIR]),
     }

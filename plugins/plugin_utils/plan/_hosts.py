@@ -206,9 +206,9 @@ def _most_processes(gpus: list[int], count: int, wanted: int | str, deployment: 
     return count * per_pipeline + spare // deployment.tp
 
 
-def _service_ranges(host: str, settings: PortSettings, groups: HostGroups) -> list[_ports.Range]:
+def _service_ranges(host: str, settings: PortSettings, groups: HostGroups, engine: bool = False) -> list[_ports.Range]:
     return _ports.service_ranges(settings, host in groups.router_hosts, host in groups.master_hosts,
-                                 host in groups.monitoring_hosts)
+                                 host in groups.monitoring_hosts, engine)
 
 
 def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups, problems: Problems) -> bool:
@@ -216,7 +216,7 @@ def _ports_fit(host: str, count: int, deployment: Deployment, groups: HostGroups
     settings, layout = deployment.port_settings, deployment.layout
     distributed = deployment.replicated or deployment.spanning
     ranges = (_ports.engine_ranges(count, settings, distributed and count > 0)
-              + _service_ranges(host, settings, groups))
+              + _service_ranges(host, settings, groups, engine=True))
     if not _ports.check_ports(host, ranges, problems, count):
         return False
     if distributed and count and not _ports.check_zmq_slices(host, count, settings, problems):

@@ -38,6 +38,7 @@ from . import (
     _os_packages,
     _pipelines,
     _ports,
+    _self_heal,
     _services,
     _validate,
 )
@@ -140,6 +141,8 @@ def _add_host_sections(plan: dict, settings: dict, ips: dict[str, str | None], p
     plan["rolling"] = {"max_unavailable": settings["vllm_omni_rolling_max_unavailable"]}
     # The one request smoke and verify compare with each host's reference answer (roles/engine, verify_answers).
     plan["answer_check"] = _answer_check.answer_check_plan(settings, plan)
+    # The self-heal agent on each engine host: what it watches and its bounds (roles/engine, heal.yml).
+    plan["self_heal"] = _self_heal.self_heal_plan(settings, plan, ips)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))
@@ -320,7 +323,7 @@ def _service_sections(plan: dict) -> list[dict]:
 
 
 def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
-    """host -> every port range planned there (pipelines, router, master, artifact daemon)."""
+    """host -> every port range planned there (pipelines, router, master, artifact daemon, self-heal agent)."""
     found = {host: list(host_plan["listen_ports"]) for host, host_plan in plan["hosts"].items()}
     for service in _service_sections(plan):
         for host, ranges in service.get("listen_ports", {}).items():
@@ -328,6 +331,8 @@ def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
                 found.setdefault(host, []).extend(ranges)
     for host, ranges in _artifacts.listen_ports(plan).items():
         found.setdefault(host, []).extend(ranges)
+    for host, ranges in _self_heal.listen_ports(plan["self_heal"]).items():
+        found[host].extend(ranges)
     return found
 
 

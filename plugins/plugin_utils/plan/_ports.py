@@ -94,8 +94,11 @@ def engine_ranges(count: int, settings: PortSettings, distributed: bool = False)
     return ranges
 
 
-def service_ranges(settings: PortSettings, router: bool, master: bool, monitoring: bool = False) -> list[Range]:
+def service_ranges(settings: PortSettings, router: bool, master: bool, monitoring: bool = False,
+                   engine: bool = False) -> list[Range]:
     wanted = []  # (label, field)
+    if engine:
+        wanted.append(("self-heal agent's metrics port", "self_heal_port"))
     if monitoring:
         wanted.append(("Prometheus port", "prometheus_port"))
     if router:

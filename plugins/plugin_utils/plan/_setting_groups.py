@@ -65,6 +65,7 @@ class PortSettings(_Group):
     mooncake_master_rpc_port: int
     mooncake_master_metrics_port: int
     prometheus_port: int
+    self_heal_port: int  # on every engine host
 
 
 @dataclass(frozen=True)

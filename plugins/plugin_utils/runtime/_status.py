@@ -92,7 +92,8 @@ def certificate_expiry(pem: str | None, now: datetime.datetime | None = None) ->
 
 
 def status_document(plan: dict, units: dict, health: dict, router: dict,
-                    now: datetime.datetime | None = None, metrics: dict | None = None) -> dict:
+                    now: datetime.datetime | None = None, metrics: dict | None = None,
+                    self_heal: dict | None = None) -> dict:
     """One JSON document: per pipeline its unit state, health, GPUs, ports and router membership.
 
     ``units``: {host: {unit: {ActiveState, SubState, MainPID, ActiveEnterTimestamp}}};
@@ -102,7 +103,9 @@ def status_document(plan: dict, units: dict, health: dict, router: dict,
     ``metrics``: Prometheus' answers to QUERIES (engine_metrics), or None where the plan runs no Prometheus:
     each pipeline shows its last minutes' TTFT, ITL and tokens per second, or why not (``metrics_note``).
     Each pipeline also shows its uptime and restart count (systemd's ActiveEnterTimestamp, NRestarts) and the
-    engine version the plan runs.
+    engine version the plan runs. ``self_heal``: {host: the self-heal agent's state file, or None where it could not
+    be read}: each process shows what the agent sees (``self_heal.state``) and its restarts (count, the last's time
+    and reason); one it gave up on makes the deployment not ok.
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     observed, why = engine_metrics(metrics)
@@ -110,17 +113,33 @@ def status_document(plan: dict, units: dict, health: dict, router: dict,
     health = {url: (code if isinstance(code, int) and code > 0 else None) for url, code in health.items()}
     members = _router_members(router)
     seen_by = _Observed(units, health, members, observed, why, version, now)
-    pipelines = [_pipeline_row(host, pipeline, seen_by)
+    pipelines = [{**_pipeline_row(host, pipeline, seen_by), "self_heal": _self_heal_seen(self_heal, host, pipeline)}
                  for host, host_plan in plan["hosts"].items() for pipeline in host_plan["pipelines"]]
     stale = sorted(url for url in members if url not in plan["worker_urls"])
     routers = [{"host": host, "url": plan["router"]["per_host"][host]["url"], "health": seen.get("health"),
                 "workers": len(seen.get("workers") or []), **certificate_expiry(seen.get("certificate"), now)}
                for host, seen in router.items()]
     healthy = (all(p["ok"] for p in pipelines) and all(r["health"] == 200 for r in routers) and not stale
-               and not any((r["certificate_days_left"] or 0) < 0 for r in routers))
+               and not any((r["certificate_days_left"] or 0) < 0 for r in routers)
+               and not any((p["self_heal"] or {}).get("gave_up") for p in pipelines))
     return {"ok": healthy, "backend": plan["backend"]["name"], "stand_in": plan["backend"]["stand_in"],
             "version": version, "metrics_window": WINDOW, "metrics_source": why or "prometheus",
             "pipelines": pipelines, "routers": routers, "router_members_not_in_plan": stale}
+
+
+def _self_heal_seen(self_heal: dict | None, host: str, pipeline: dict) -> dict | None:
+    """The agent's view of one process: its state, restarts (all time), the last restart's time and reason, and
+    whether it gave up; None when the agent's state could not be read (status says so)."""
+    document = (self_heal or {}).get(host)
+    watch = next((w for w in (document or {}).get("watch", []) if w.get("unit") == pipeline["unit"]), None)
+    if watch is None:
+        return None
+    last = watch.get("last") or {}
+    at = (datetime.datetime.fromtimestamp(last["at"], datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+          if isinstance(last.get("at"), (int, float)) else None)
+    return {"enabled": bool(document.get("enabled")), "paused": bool(document.get("paused")),
+            "state": watch.get("state"), "restarts": int(watch.get("restarts_total") or 0),
+            "last_restart": at, "last_reason": last.get("reason"), "gave_up": bool(watch.get("gave_up"))}
 
 
 def _engine_version(plan: dict) -> str | None:
@@ -232,6 +251,12 @@ def status_table(document: dict) -> list[str]:
                      f"{','.join(map(str, p['gpus'])):<12} {api!s:<6} {uptime_text(p.get('uptime_s')):<6} "
                      f"{restarts!s:<3} {metrics_text(p):<30} {router}"
                      + ("" if p["ok"] else "   <- check"))
+    for p in document["pipelines"]:
+        heal = p.get("self_heal")
+        if heal and (heal["restarts"] or heal["gave_up"]):
+            lines.append(f"self-heal {p['host']} {p['unit']}: {heal['restarts']} restart(s), the last "
+                         f"{heal['last_restart'] or '-'}: {heal['last_reason'] or '-'}; now {heal['state']}"
+                         + ("   <- GAVE UP, check" if heal["gave_up"] else ""))
     for r in document["routers"]:
         days = r.get("certificate_days_left")
         certificate = ("" if r.get("certificate_expires") is None else

@@ -16,7 +16,7 @@ import json
 import re
 
 from ..host import _names
-from ..plan import _hardening, _secrets
+from ..plan import _hardening, _secrets, _self_heal
 from . import _yaml
 
 # Engine units: restart with back-off; a cold model load can exceed 10 minutes.
@@ -268,6 +268,23 @@ def master_unit(plan: dict, host: str) -> str:
          f"ExecStart={exec_line(plan['mooncake_master']['per_host'][host]['argv'])}",
          "Restart=on-failure", "RestartSec=5", "LimitMEMLOCK=infinity", f"LimitNOFILE={LIMIT_NOFILE}"],
         plan["hardening"]["mooncake_master"])
+
+
+def self_heal_unit(plan: dict, host: str) -> str:
+    heal = plan["self_heal"]
+    python = "/usr/bin/python3"  # the host's own: the agent needs the standard library only
+    return _unit(
+        [f"{_names.unit_path(_names.SELF_HEAL_UNIT)}: rendered by vllm_omni.serve from the plan.",
+         "The self-heal agent: restarts an engine process of this host that is up but cannot serve, within the",
+         f"bounds of {heal['config']} (docs/operations.md, \"Self-healing\"); its metrics on port {heal['port']}."],
+        ["Description=vLLM-Omni self-heal agent (vllm_omni.serve)", *_network_online(plan)],
+        ["Type=simple", f"ExecStart={python} {heal['program']} {heal['config']}", "Restart=always", "RestartSec=5",
+         "SyslogIdentifier=vllm-omni-heal"],
+        plan["hardening"]["self_heal"])
+
+
+def self_heal_config(plan: dict, host: str) -> str:
+    return json.dumps(_self_heal.host_config(plan["self_heal"], host), indent=1, sort_keys=True) + "\n"
 
 
 def firewall_unit(plan: dict) -> str:

@@ -103,6 +103,8 @@ def alert_rules(plan: dict) -> list[dict]:
     ]
     if plan["router"]["frontdoor"]["enabled"]:
         rules += _certificate_rules(plan)
+    if plan.get("self_heal", {}).get("per_host"):
+        rules += _self_heal_rules()
     if plan["layout"] == "pd":
         rules += _pd_rules(engine)
     return [{"name": "vllm-omni", "rules": rules}]
@@ -120,6 +122,29 @@ def _certificate_rules(plan: dict) -> list[dict]:
                          "description": "{{ $value | printf \"%.1f\" }} days left (negative: expired). Renew: "
                                         "deploy -e frontdoor_certificate_renew=true (the collection's CA), or "
                                         "replace vllm_omni_tls_cert_file and deploy."}}]
+
+
+def _self_heal_rules() -> list[dict]:
+    """What the self-heal agents did: a restart is worth a look (it healed, but why did it fail?); giving up needs
+    a person now."""
+    job = 'job="vllm-omni-self-heal"'
+    return [
+        {"alert": "VllmOmniSelfHealed",
+         "expr": f"increase(vllm_omni_self_heal_restarts_total{{{job}}}[15m]) > 0",
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": "The self-heal agent on {{ $labels.host }} restarted {{ $labels.unit }} "
+                                    "(pipeline {{ $labels.pipeline }}) in the last 15 minutes",
+                         "description": "Why it failed: journalctl -u vllm-omni-heal -u {{ $labels.unit }} on "
+                                        "{{ $labels.host }}; the status playbook shows every self-heal."}},
+        {"alert": "VllmOmniSelfHealGaveUp",
+         "expr": f"max by (host, pipeline, unit) (vllm_omni_self_heal_gave_up{{{job}}}) == 1",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "The self-heal agent on {{ $labels.host }} gave up restarting {{ $labels.unit }}"
+                                    " (pipeline {{ $labels.pipeline }}): it keeps failing",
+                         "description": "vllm_omni_self_heal_max_restarts restarts within an hour did not bring it "
+                                        "back. Read its journal; a deploy or a restart in stage order "
+                                        "(docs/operations.md) once the cause is fixed."}},
+    ]
 
 
 def _pd_rules(engine: str) -> list[dict]:

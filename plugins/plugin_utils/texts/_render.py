@@ -51,6 +51,11 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
                    "footprint": {host: convert(plan["footprint"][host])} if host in plan.get("footprint", {}) else {},
                    "reserved_ports": {host: convert(plan["reserved_ports"][host])}
                    if host in plan.get("reserved_ports", {}) else {}})
+    if "self_heal" in plan:  # the deployment's values and this host's watches (a monitoring host: every agent's)
+        heal = plan["self_heal"]
+        per_host = (heal["per_host"] if host in monitoring.get("per_host", {}) else
+                    {host: heal["per_host"][host]} if host in heal["per_host"] else {})
+        sliced["self_heal"] = convert({**{k: v for k, v in heal.items() if k != "per_host"}, "per_host": per_host})
     return sliced
 
 
@@ -272,6 +277,8 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
         return _rsyncd.host_rsyncd_text(plan, host)
     if kind == "frontdoor":
         return _host_files.frontdoor_config(plan, host)
+    if kind == "self-heal":
+        return _host_files.self_heal_config(plan, host)
     if kind == "prometheus":
         if name == "prometheus.yml":
             return _host_files.prometheus_config(
@@ -290,6 +297,8 @@ def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
         return _host_files.router_unit(plan, host)
     if unit == _names.MASTER_UNIT:
         return _host_files.master_unit(plan, host)
+    if unit == _names.SELF_HEAL_UNIT:
+        return _host_files.self_heal_unit(plan, host)
     if unit not in cache:
         cache[unit] = _host_files.firewall_unit(plan)
     return cache[unit]

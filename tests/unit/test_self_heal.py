@@ -274,3 +274,18 @@ def test_the_probe_tells_serving_failing_hung_and_down_apart():
     closed.close()
     result, detail = heal.probe(f"http://127.0.0.1:{port}/health", 2)
     assert result == heal.DOWN and detail.startswith("not listening"), detail
+
+
+def test_the_benchmarks_doc_states_the_recorded_lab_self_heal_numbers():
+    """docs/benchmarks.md's self-heal rows are the lab run's recorded ones (tests/fixtures/lab-self-heal)."""
+    recorded = json.loads((REPO / "tests" / "fixtures" / "lab-self-heal" / "faults.json").read_text())
+    doc = (REPO / "docs" / "benchmarks.md").read_text()
+    for name in ("self_heal_hung_headless", "self_heal_hung_single"):
+        run = recorded[name]
+        assert run["load"]["failed"] == 0 and run["serves_again_s"] is not None
+        assert (f"| {run['load']['sent']} | **0** | serving again after {run['serves_again_s']} s "
+                f"(load ran {run['load']['seconds']:.1f} s) |") in doc, name
+    kill = recorded["kill_9_headless"]
+    assert f"| {kill['load']['sent']:,} | {kill['load']['failed']} | serving again after {kill['serves_again_s']} s |" in doc
+    assert "its head is down" in recorded["self_heal_hung_headless"]["decode_reason"]
+    assert recorded["self_heal_hung_headless"]["head_reason"].startswith("/health failed")

@@ -71,6 +71,9 @@ import pd_serving as serving
 sys.path.insert(0, str(serving.REPO / "plugins" / "plugin_utils" / "runtime"))
 import _pd_evidence
 
+sys.path.insert(0, str(serving.REPO / "roles" / "engine" / "files"))
+import vllm_omni_heal  # the self-heal agent the hosts run (roles/engine), its decisions unchanged
+
 # Seconds, for --estimate: two starts on one GPU, one after the other (the head to its prefill's KV cache, about
 # 100 s, then the headless process from nothing: assumed about 110 s, against runs 1-7's 106-160 s for a whole
 # one-process pipeline), RestartSec (the unit's 15 s) and the headless start again, a few requests, the stops;
@@ -394,7 +397,20 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
     def now() -> float:
         return round(time.monotonic() - kill, 2)
 
+    def healed(entry: dict, at: float) -> None:
+        if entry is victim_entry:  # the stage started again: the next full answer counts from here
+            events["headless_relaunched_s"] = at
+            events.setdefault("relaunches", []).append(["headless (self-heal)", at])
+        else:
+            events.setdefault("relaunches", []).append(["head (self-heal)", at])
+        order.append(f"{at}: self-heal restarted {entry['unit']}")
+        checker.go.set()
+
+    agents = (SelfHeal(args.self_heal, args.ready_timeout, head, head_entry, [(victim, victim_entry)], units,
+                       victim.log_path.parent, kill, healed) if args.self_heal else None)
     while time.monotonic() < deadline - EST["stop"]:
+        if agents:
+            agents.tick()
         status, _unused = serving.http("GET", pipeline["url"] + "/health", key=None, timeout=2)
         if not health or health[-1][1] != status:
             health.append([round(now(), 1), status])
@@ -408,6 +424,12 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
             order.append(f"{now()}: headless unit's main process exited ({victim.process.returncode}); "
                          + (f"Restart=always: starts again in {victim_unit.settings['RestartSec']:.0f} s" if restarts
                             else f"Restart={victim_unit.settings['Restart']}: stays down"))
+        elif (agents and relaunch_at is None and victim.process.poll() is not None and "head_exit_s" not in events
+              and victim_unit.settings["Restart"] == "always"):
+            # Exited again (a registration nobody answered): systemd starts it again after RestartSec, every time.
+            relaunch_at = time.monotonic() + victim_unit.settings["RestartSec"]
+            order.append(f"{now()}: headless unit's main process exited again ({victim.process.returncode}); "
+                         f"starts again in {victim_unit.settings['RestartSec']:.0f} s")
         if "head_exit_s" not in events and head.process.poll() is not None:
             events["head_exit_s"], events["head_returncode"] = now(), head.process.returncode
             events["head_leftovers"] = head_unit.stop_leftovers()
@@ -458,12 +480,67 @@ def kill_headless(args, head: serving.Engine, head_entry: dict, victim: serving.
              ("headless relaunched", events.get("headless_relaunched_s")),
              ("registered again", events.get("registered_again_s")), ("first ok", events.get("first_ok_s"))]
     marks = sorted([m for m in marks if m[1] is not None], key=lambda m: m[1])
+    if agents:
+        events["self_heal"] = agents.report()
     return {"kill": args.kill, "killed": targets, "unit": victim_entry["unit"],
             "units": {name: {k: u.settings[k] for k in ("Restart", "RestartSec", "TimeoutStopSec")} for name, u in units.items()},
             "head_exited": "head_exit_s" in events, **events, "order": order, "health": health,
             **faults.client_view(load.snapshot(), kill, marks, open_at_end), "still_open_at_end": hanging,
             "checks_after_relaunch": [{k: r[k] for k in ("sent_s", "ended_s", "outcome", "error")} for r in checker.results][:20],
             "log_lines": watch.seen}
+
+
+class SelfHeal:
+    """The hosts' self-heal agents (roles/engine/files/vllm_omni_heal.py, its Agent class as it is), one per process of
+    the pipeline, on this one machine: the agent's probes are real (the head's /health); systemd, which the device
+    machine lacks, is what the harness already stands in for: a unit is active while its process runs (entered when
+    it started), and a restart is the unit's stop then its start. Each restart is recorded, in seconds from the kill.
+    """
+
+    def __init__(self, interval: float, grace: float, head: serving.Engine, head_entry: dict,
+                 parts: list[tuple[serving.Engine, dict]], units: dict, logs: Path, zero: float, on_restart):
+        self.interval, self.zero, self.on_restart, self.units = interval, zero, on_restart, units
+        self.engines = {head_entry["unit"]: (head, head_entry), **{e["unit"]: (engine, e) for engine, e in parts}}
+        probe = head.pipeline["url"] + "/health"
+        self.restarts: list[dict] = []
+        self.agents = []
+        for unit, (_engine, entry) in self.engines.items():
+            config = {"enabled": True, "interval": interval, "after": 3, "max_restarts": 3, "window": 3600,
+                      "probe_timeout": 5.0, "start_grace": grace, "port": 0, "address": "127.0.0.1",
+                      "state_file": str(logs / f"self-heal-{entry['name']}.json"),
+                      "pause_file": str(logs / "self-heal-pause-never"),
+                      "watch": [{"pipeline": entry["name"], "unit": unit, "probe": probe,
+                                 "process": "head" if entry is head_entry else "headless"}]}
+            self.agents.append(vllm_omni_heal.Agent(config, unit_fn=self.unit_state, restart_fn=self.restart))
+        self.next_tick = time.monotonic()
+
+    def unit_state(self, unit: str) -> tuple[str, int]:
+        engine, _entry = self.engines[unit]
+        running = engine.process is not None and engine.process.poll() is None
+        return ("active", int(engine.started * 1e6)) if running else ("inactive", 0)
+
+    def restart(self, unit: str, hung: bool) -> None:
+        engine, entry = self.engines[unit]
+        began = round(time.monotonic() - self.zero, 2)
+        self.units[entry["name"]].stop()
+        engine.start()
+        watch = next(w for agent in self.agents for w in agent.watches if w.unit == unit)
+        self.restarts.append({"unit": unit, "process": watch.process, "at_s": began,
+                              "started_s": round(time.monotonic() - self.zero, 2), "hung": hung,
+                              "why": watch.state})
+        serving.log(f"self-heal: restarted {unit} at +{began} s ({watch.state})")
+        self.on_restart(entry, round(time.monotonic() - self.zero, 2))
+
+    def tick(self) -> None:
+        if time.monotonic() < self.next_tick:
+            return
+        self.next_tick += self.interval
+        for agent in self.agents:
+            agent.tick()
+
+    def report(self) -> dict:
+        return {"interval_s": self.interval, "restarts": self.restarts,
+                "agents": [w.report() for agent in self.agents for w in agent.watches]}
 
 
 def tcp_sockets(port: int, state: str) -> int:
@@ -577,6 +654,9 @@ def main() -> int:
                         help="instead of the kill: a restart in the deploy's order, the head's stop watched (item 5)")
     parser.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
                         help="start the headless stage once the head's prefill engine holds its KV cache")
+    parser.add_argument("--self-heal", type=float, default=0, metavar="SECONDS",
+                        help="after the kill, the hosts' self-heal agents probe every SECONDS and restart what they "
+                             "judge (instead of waiting for a person); 0: off")
     parser.add_argument("--compile-bytecode", action="store_true")
     parser.add_argument("--budget", type=float, default=570, help="seconds this call may take (the tool stops at 600)")
     parser.add_argument("--estimate", action="store_true", help="print the steps and their estimated seconds only")

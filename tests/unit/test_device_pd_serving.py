@@ -527,3 +527,22 @@ def test_a_warm_restart_keeps_only_the_plans_compile_cache_of_the_engine_home(tm
     assert (home / "compile-cache" / "vllm-omni-0.26.0" / "vllm" / "model").is_file()
     pd_serving.fresh_home(str(home))
     assert sorted(p.name for p in home.iterdir()) == ["hf"]
+
+
+def test_span_self_heal_brings_back_a_pipeline_whose_head_errs_for_good(tmp_path):
+    """The device's run 9 scenario with the hosts' self-heal agents (span_serving.py --self-heal): the stand-in's head
+    errs for good once its only decode replica is gone (/health 503, requests HTTP 500, a new registration never
+    answered), as vLLM-Omni 0.26's did on the GPU. The head's agent restarts the head; the stage registers with the
+    new one; the pipeline answers in full again, judged, with no person and no deploy."""
+    span, _out, stdout = span_run(tmp_path, "rehearsal-heal", ["--kill", "main", "--self-heal", "1"],
+                                  {"FAKE_ENGINE_HEAD_ERRS_ON_PEER_LOSS": "1", "FAKE_ENGINE_REGISTRATION_TIMEOUT_S": "5"})
+    fault = span["fault"]
+    heal = fault["self_heal"]
+    assert heal["interval_s"] == 1
+    first = heal["restarts"][0]
+    assert first["process"] == "head" and "HTTP 503" in first["why"], heal["restarts"]
+    assert [h for h in fault["health"] if h[1] == 503], fault["health"]  # the head erred before it was restarted
+    assert first["at_s"] > next(h[0] for h in fault["health"] if h[1] == 503)
+    assert fault["first_ok_s"] is not None and fault["first_ok_judged"]["ok"], fault
+    assert fault["first_ok_s"] > first["started_s"]
+    assert "self-heal: restarted vllm-omni@omni-span0.service" in stdout

@@ -37,7 +37,7 @@ def names_in(expr: str) -> set[str]:
     """Metric names of a PromQL expression: identifiers (with colons) followed by { or [ or standing alone."""
     stripped = re.sub(r'\{[^}]*\}', "{}", re.sub(r'"[^"]*"', '""', expr))
     found = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", stripped)) - PROMQL_WORDS
-    labels = {"host", "pipeline", "stage", "reason", "from_stage", "to_stage", "worker", "Hostname"}
+    labels = {"host", "pipeline", "stage", "reason", "from_stage", "to_stage", "worker", "Hostname", "unit"}
     return {name for name in found if not re.fullmatch(r"\d+|[smhd]", name)} - labels
 
 

@@ -42,10 +42,9 @@ def targets(plan: dict) -> dict[str, list[dict]]:
         # The door's own /metrics (its certificate's expiry) on the router's port, over TLS.
         groups["frontdoor"] = [{"targets": [_hostport(entry["url"])], "labels": {"host": host}}
                                for host, entry in plan["router"]["per_host"].items()]
-    heal = plan.get("self_heal", {}).get("per_host", {})
-    if heal:  # the self-heal agent of every engine host
-        groups["self-heal"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
-                               for host, entry in heal.items()]
+    # The self-heal agent of every engine host that runs pipelines.
+    groups["self-heal"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
+                           for host, entry in plan.get("self_heal", {}).get("per_host", {}).items()]
     if plan["mooncake_master"]["enabled"]:
         groups["mooncake-master"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
                                      for host, entry in plan["mooncake_master"]["per_host"].items()]

@@ -21,6 +21,7 @@ span_b=(--ready-timeout 360 "span=$render/pd-span-text")
 fault_c=(--no-grid --ready-timeout 240 --fault 1 --fault-window 60 --restart-after-fault "pd-text=$render/pd-text")
 restart_d=(--ready-timeout 300 --requests 4 --restart natural "span=$render/pd-span-text")
 restart_e=(--ready-timeout 300 --requests 4 --restart bounded "span=$render/pd-span-text")
+heal_f=(--ready-timeout 300 --requests 4 --self-heal 5 "span=$render/pd-span-text")
 
 shown() {  # the arguments as they are typed: the spec in single quotes
   local arg out=()
@@ -61,6 +62,9 @@ calls() {
   echo "  E. run  tests/device/pd_serving.sh span $(shown "${restart_e[@]}")    timeout_s 600"
   echo "     ($(estimate tests/device/span_serving.py --estimate "${restart_e[@]}"): the same, the head's leftovers killed once"
   echo "     its HTTP server is done; then it serves again, judged)"
+  echo "  F. run  tests/device/pd_serving.sh span $(shown "${heal_f[@]}")    timeout_s 600"
+  echo "     (run 9's kill of the headless stage with the hosts' self-heal agents probing every 5 s: the head restarted"
+  echo "     by its agent, the stage by its own or by Restart=always; serving again, judged, with no person)"
   echo "In that order of value: A is issue 25's PD against aggregated (one spec, both reports, compare); B has never"
   echo "run on a GPU (a head and a headless process, the headless killed, re-registration); C repeats run 7's kill for"
   echo "decode (stage 1) and times the restart. A with C's fault would not fit one call: the grids come first."

@@ -482,8 +482,9 @@ def test_netlink_adds_and_removes_an_address_on_lo(tmp_path):
 def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
     """tests/device/prepare.sh --calls: the staging calls back to back (one per payload part, the last with the
     extras and the unpack), then A (PD and aggregated, one spec), B (span), C (decode killed, restart) and D and E
-    (span restarts in the deploy's order, the head's stop natural and bounded), each with timeout_s 600 and an
-    estimate inside the 570 s budget, from the renders prepare.sh makes."""
+    (span restarts in the deploy's order, the head's stop natural and bounded) and F (the kill with the self-heal
+    agents), each with timeout_s 600, A-E with an estimate inside the 570 s budget, from the renders prepare.sh
+    makes."""
     root = tmp_path / "render"
     for name in ("pd-text", "aggregated-text", "pd-span-text"):
         plan = build_plan(load_ansible_inventory(REPO / "tests" / "device" / "inventories" / f"{name}.yml"))
@@ -498,8 +499,9 @@ def test_prepare_prints_the_call_sequence_with_estimates_that_fit(tmp_path):
     staging = [line for line in lines if "pd_serving.sh stage" in line]
     assert len(staging) == len(parts) and "extras.tar.gz" in staging[-1] and "imports pd-text=" in staging[-1]
     calls = {line.split(".", 1)[0].strip(): line for line in lines
-             if line.startswith(("  A.", "  B.", "  C.", "  D.", "  E."))}
-    assert set(calls) == set("ABCDE") and all(line.endswith("timeout_s 600") for line in calls.values())
+             if line.startswith(("  A.", "  B.", "  C.", "  D.", "  E.", "  F."))}
+    assert set(calls) == set("ABCDEF") and all(line.endswith("timeout_s 600") for line in calls.values())
+    assert "--self-heal 5" in calls["F"] and "span=/srv/stage/render/pd-span-text" in calls["F"]
     assert "pd-text=/srv/stage/render/pd-text aggregated-text=/srv/stage/render/aggregated-text" in calls["A"]
     assert """--spec '{"input_lens": [512], "output_lens": [32],""" in calls["A"]
     assert "span=/srv/stage/render/pd-span-text" in calls["B"]

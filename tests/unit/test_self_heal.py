@@ -57,9 +57,9 @@ def test_each_host_watches_its_own_processes_and_a_headless_stage_watches_its_he
     assert rule["clients_from"] == "vllm_omni_monitoring_client_cidrs" and "pipeline" not in rule
     footprint = plan["footprint"]["gpu-b"]
     assert {"name": "vllm-omni-heal.service", "component": "engine"} in footprint["units"]
-    assert {f["path"] for f in footprint["files"]} >= {"/opt/vllm-omni/self-heal/vllm_omni_heal.py",
-                                                        "/etc/vllm-omni/self-heal.json",
-                                                        "/etc/systemd/system/vllm-omni-heal.service"}
+    installed = {f["path"] for f in footprint["files"]}
+    assert installed >= {"/opt/vllm-omni/self-heal/vllm_omni_heal.py", "/etc/vllm-omni/self-heal.json",
+                         "/etc/systemd/system/vllm-omni-heal.service"}
 
 
 def test_prometheus_scrapes_every_agent_and_alerts_on_a_self_heal_and_on_giving_up():
@@ -110,7 +110,7 @@ class Host:
         self.units[unit][1] = int(self.now * 1e6)  # a new start
 
     def ticks(self, agent, count: int) -> None:
-        for _ in range(count):
+        for _tick in range(count):
             self.now += self.config["interval"]
             agent.tick()
 

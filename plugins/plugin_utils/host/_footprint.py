@@ -108,7 +108,7 @@ def _engine_part(plan: dict, host: str) -> dict:
     heal = plan["self_heal"]
     if host in heal["per_host"]:  # the self-heal agent: a program the role copies, its config and unit from the plan
         directories.append(_directory(heal["program"].rsplit("/", 1)[0], "engine"))
-        files += [_file(heal["program"], None, "engine", mode="0755"),
+        files += [_file(heal["program"], None, "engine"),  # run by python3 (the unit says so), not executable
                   _file(heal["config"], f"{host}/self-heal/{SELF_HEAL_CONFIG}", "engine"),
                   _file(unit_path(SELF_HEAL_UNIT), f"{host}/systemd/{SELF_HEAL_UNIT}", "engine")]
         # First: stop.yml and uninstall stop units in this order, and the agent must not restart what they stop.

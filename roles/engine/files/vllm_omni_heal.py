@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: contributors to vllm_omni.serve
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0.txt)
 """vllm_omni.serve's self-heal agent: one per engine host (vllm-omni-heal.service), from the plan's heal.json.

@@ -289,3 +289,12 @@ def test_the_benchmarks_doc_states_the_recorded_lab_self_heal_numbers():
     assert f"| {kill['load']['sent']:,} | {kill['load']['failed']} | serving again after {kill['serves_again_s']} s |" in doc
     assert "its head is down" in recorded["self_heal_hung_headless"]["decode_reason"]
     assert recorded["self_heal_hung_headless"]["head_reason"].startswith("/health failed")
+
+
+def test_a_state_file_it_cannot_write_is_said_once_and_watching_goes_on(tmp_path, capsys):
+    host = Host(tmp_path, [SINGLE], state_file=str(tmp_path / "gone" / "state.json"))
+    agent = host.agent()
+    host.answers[SINGLE["probe"]] = (heal.FAILING, "HTTP 503")
+    host.ticks(agent, 4)
+    assert len(host.restarted) == 1  # it still acted
+    assert capsys.readouterr().out.count("cannot write") == 1

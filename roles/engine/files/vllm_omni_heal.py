@@ -106,7 +106,7 @@ class Agent:
         self.probe, self.unit_state, self.restart = probe_fn, unit_fn, restart_fn
         saved = self._load()
         self.watches = [Watch(entry, saved.get(entry["unit"], {})) for entry in config["watch"]]
-        self.paused = False
+        self.paused, self.unsaved = False, False
         self.lock = threading.Lock()
 
     def _load(self) -> dict:
@@ -121,9 +121,16 @@ class Agent:
         document = {"at": round(self.clock(), 3), "enabled": self.config["enabled"], "paused": self.paused,
                     "watch": [w.report() for w in self.watches]}
         temporary = f"{path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=1)
+            os.replace(temporary, path)
+        except OSError as error:  # its directory gone (an uninstall under way): watching goes on, unrecorded
+            if not self.unsaved:
+                say(f"self-heal: cannot write {path} ({error}); the status playbook will not see this host's record")
+            self.unsaved = True
+        else:
+            self.unsaved = False
 
     def _paused(self) -> bool:
         """The pause file holds the Unix time it expires at: a deploy that died cannot switch healing off for good."""

@@ -62,6 +62,24 @@ def test_each_host_watches_its_own_processes_and_a_headless_stage_watches_its_he
                          "/etc/systemd/system/vllm-omni-heal.service"}
 
 
+def test_the_agent_runs_under_each_host_platforms_own_interpreter_and_the_role_reads_its_unit_path_from_the_plan():
+    machines = hosts(2, 2)
+    machines["gpu-b"]["vllm_omni_host_platform"] = "rhel9"
+    plan = build_plan(inventory(machines, TEXT))
+    section = plan["self_heal"]
+    assert {host: entry["python"] for host, entry in section["per_host"].items()} == {
+        "gpu-a": "/usr/bin/python3", "gpu-b": plan["platforms"]["rhel9"]["interpreter"]}
+    assert plan["platforms"]["rhel9"]["interpreter"] != "/usr/bin/python3"  # else this proves nothing
+    rendered = render_tree(plan)
+    for host in ("gpu-a", "gpu-b"):
+        unit = rendered[f"{host}/systemd/vllm-omni-heal.service"]
+        assert f"ExecStart={section['per_host'][host]['python']} {section['program']} {section['config']}\n" in unit
+    assert section["unit_file"] == f"{plan['paths']['unit_dir']}/{section['unit']}"
+    assert section["unit_file"] in {f["path"] for f in plan["footprint"]["gpu-b"]["files"]}
+    role = (REPO / "roles" / "engine" / "tasks" / "self_heal.yml").read_text()
+    assert "engine_heal.unit_file" in role and "unit_dir" not in role
+
+
 def test_prometheus_scrapes_every_agent_and_alerts_on_a_self_heal_and_on_giving_up():
     plan = build_plan(inventory(hosts(2), {**TEXT, "vllm_omni_monitoring_enabled": True}))
     rendered = render_tree(plan)

@@ -33,11 +33,15 @@ def self_heal_plan(settings: dict, plan: dict, ips: dict[str, str | None]) -> di
     for host, host_plan in sorted(plan["hosts"].items()):
         if not host_plan["pipelines"]:
             continue
+        # The host platform's own interpreter (the agent needs the standard library only, Python 3.9 or later).
+        python = plan["platforms"][plan["host_platforms"][host]]["interpreter"]
         per_host[host] = {"address": ips[host], "metrics_url": f"http://{ips[host]}:{port}{_names.METRICS_PATH}",
+                          "python": python,
                           "watch": [_watch(p, plan["distributed_pipelines"]) for p in host_plan["pipelines"]]}
     return {
         "enabled": settings["vllm_omni_self_heal"],
         "unit": _names.SELF_HEAL_UNIT,
+        "unit_file": _names.unit_path(_names.SELF_HEAL_UNIT),
         "program": f"{plan['paths']['install_root']}/{_names.SELF_HEAL_PROGRAM}",
         "config": f"{plan['paths']['config_root']}/{_names.SELF_HEAL_CONFIG}",
         "state_file": _names.SELF_HEAL_STATE,

@@ -272,9 +272,9 @@ def master_unit(plan: dict, host: str) -> str:
 
 def self_heal_unit(plan: dict, host: str) -> str:
     heal = plan["self_heal"]
-    python = "/usr/bin/python3"  # the host's own: the agent needs the standard library only
+    python = heal["per_host"][host]["python"]
     return _unit(
-        [f"{_names.unit_path(_names.SELF_HEAL_UNIT)}: rendered by vllm_omni.serve from the plan.",
+        [f"{heal['unit_file']}: rendered by vllm_omni.serve from the plan.",
          "The self-heal agent: restarts an engine process of this host that is up but cannot serve, within the",
          f"bounds of {heal['config']} (docs/operations.md, \"Self-healing\"); its metrics on port {heal['port']}."],
         ["Description=vLLM-Omni self-heal agent (vllm_omni.serve)", *_network_online(plan)],

@@ -3,10 +3,14 @@
 """Benchmark helper (not shipped): the slowest tasks of a playbook run, printed at the end.
 
     ANSIBLE_CALLBACK_PLUGINS=tests/callbacks ANSIBLE_CALLBACKS_ENABLED=task_timer ansible-playbook ...
+
+With TASK_TIMER_FILE=PATH every task's time (slowest first, with the play's and the run's totals) is also
+appended to PATH: a run whose output a test captures can still be profiled.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from ansible.plugins.callback import CallbackBase
@@ -48,5 +52,10 @@ class CallbackModule(CallbackBase):
         self._close()
         total = time.monotonic() - self._start
         self._display.display(f"task_timer: {total:.1f} s in all; slowest tasks:")
-        for seconds, name in sorted(self._times, reverse=True)[:15]:
+        ranked = sorted(self._times, reverse=True)
+        for seconds, name in ranked[:15]:
             self._display.display(f"  {seconds:6.2f} s  {name}")
+        if os.environ.get("TASK_TIMER_FILE"):
+            with open(os.environ["TASK_TIMER_FILE"], "a", encoding="utf-8") as kept:
+                kept.write(f"== {total:.1f} s in all, {len(ranked)} tasks\n")
+                kept.writelines(f"{seconds:8.2f} {name}\n" for seconds, name in ranked)

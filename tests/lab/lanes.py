@@ -6,8 +6,9 @@ A deploy keeps about one of CI's two cores busy and the modules wait on their ma
 two labs at once finish sooner than one after the other. Which module takes how long changes with the load
 beside it, so no lane is given a fixed list: each lane, when it is free, takes the first module of MODULES it
 may run (the longest first, so that none of them starts last):
-* lane a runs in this machine's network namespace, first COMMAND (molecule's multihost scenario), and it alone
-  has a route out: a module that installs from the package index runs there;
+* lane a runs in this machine's network namespace, first COMMAND if one is given, and it alone has a route out: a
+  module that installs from the package index runs there, and lane a takes those before any other (a long module
+  taken first would leave them, and so the whole run, waiting for it);
 * lanes b, c... are labs of their own in network namespaces of their own (tests/lab/lane.py: the same machine
   names and addresses, no route out), so before each module they run tests/lab/warm.py for the Debian releases
   that module boots: it waits for the caches those need (the copy `make test` started fills them) and no
@@ -88,6 +89,8 @@ class Board:
         while True:
             with self.lock:
                 mine = [module for module in self.pending if lane == "a" or not module.network]
+                if lane == "a":  # what no other lane may run goes first: lane a is the only one with a route out
+                    mine.sort(key=lambda module: not module.network)
                 ready = [module for module in mine
                          if not module.after_checks or self.after is None or self.after.exists()]
                 if ready:

@@ -9,6 +9,10 @@ the Mooncake master and Prometheus; the firewall is on both. After a deploy:
   planned directory exists; the host's footprint record equals the plan's footprint;
 * nothing of ours is there that the footprint does not list (units named like ours, files under
   the config root and the unit directory);
+* molecule's verify playbook (molecule/shared/verify.yml, which `make test` runs here rather than in a molecule
+  scenario of its own) passes: units active, API ports bound to the planned address only, /health, installed files
+  equal to the render, the router's members, the key refused and accepted through the front door, every planned
+  Prometheus target up and every dashboard query valid PromQL on the real Prometheus;
 then uninstall leaves nothing of the footprint but what the plan says is kept.
 """
 
@@ -170,6 +174,7 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
         listed = {e["path"] for e in footprint["files"]}
         assert files_here <= listed, f"{host}: {sorted(files_here - listed)} are not in the footprint"
 
+    playbook("../molecule/shared/verify.yml", inventory_dir)
     engine_down_alert_fires_for_the_stopped_pipeline_only(plan)
     certificate_expiry_is_scraped_and_status_reads_prometheus(plan, inventory_dir)
 

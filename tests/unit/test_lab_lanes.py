@@ -50,6 +50,13 @@ def test_lane_b_never_takes_a_module_that_needs_the_network_and_takes_the_longes
     assert board.take("a").name == "net.py" and board.take("a") is None
 
 
+def test_lane_a_takes_what_only_it_may_run_before_a_longer_module(tmp_path):
+    """Without it lane a takes the longest module first and the network module waits for its end: the run's tail."""
+    board = lanes.Board([lanes.Module("long.py"), lanes.Module("net.py", network=True), lanes.Module("short.py")],
+                        tmp_path / "checks.done")
+    assert [board.take("a").name for _round in range(3)] == ["net.py", "long.py", "short.py"]
+
+
 def test_a_module_after_the_checks_waits_for_their_file(tmp_path, monkeypatch, capsys):
     gate = tmp_path / "checks.done"
     board = lanes.Board([lanes.Module("engine.py", after_checks=True)], gate)

@@ -6,6 +6,8 @@ task checks too). The result never holds a secret."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options import (
@@ -14,7 +16,7 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options im
     checked_options,
     refusal,
 )
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _controller_files, _secrets
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _controller_files, _plain_secrets, _secrets
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import plain
 
 SECRET_VARIABLES = ("vllm_omni_api_key", "engine_hf_token", "vllm_omni_hf_token")
@@ -51,9 +53,14 @@ class ActionModule(ActionBase):
             found += [(p, KEY_FIX) for p in _secrets.leaks(plan, self._secret_values(hostvars, hosts, key_sets))]
             controller_found, warnings = _controller_files.findings(plan)
             found += controller_found
-        for warning in warnings:
+        # A plain-text secret still works: said, not refused (a lab or a throw-away deployment may mean it).
+        plain_text = _plain_secrets.plain_text_findings(
+            list((task_vars or {}).get("ansible_inventory_sources") or []),
+            (*SECRET_VARIABLES, "vllm_omni_api_keys"), Path.cwd())
+        for warning in warnings + [_plain_secrets.warning(path, variable) for path, variable in plain_text]:
             self._display.warning(warning)
-        result.update(changed=False, problems=[str(p) for p, _fix in found], tls_warnings=warnings)
+        result.update(changed=False, problems=[str(p) for p, _fix in found], tls_warnings=warnings,
+                      plain_text=[{"file": path, "variable": variable} for path, variable in plain_text])
         if found:
             result.update(failed=True, msg=_controller_files.message(found))
         return result

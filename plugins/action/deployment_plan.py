@@ -14,10 +14,11 @@ from ansible_collections.vllm_omni.serve.plugins.module_utils._action_options im
 )
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _controller_files
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._inventory import inventory_from_hostvars
-from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan, gc_paused
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._problems import PlanError
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import summary_lines
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _discovery
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import RenderDirError, render_tree, write_tree
 
 
 class ActionModule(ActionBase):
@@ -56,10 +57,20 @@ class ActionModule(ActionBase):
             limit.update(hosts=sorted(h for h in engine_and_services if h in limited),
                          outside=sorted(h for h in engine_and_services if h not in limited),
                          from_cache=from_cache, routers=_discovery.router_needs(plan, limited))
-        facts = {"vllm_omni_plan": plan, "vllm_omni_limit": limit} if args["as_fact"] else {"vllm_omni_limit": limit}
+        rendered = args["render_dir"] is not None
+        facts = {"vllm_omni_plan": plan, "vllm_omni_limit": limit} if args["as_fact"] and not rendered \
+            else {"vllm_omni_limit": limit}
         result.update(changed=False, ansible_facts=facts, summary=summary_lines(plan),
                       warnings_count=len(plan["warnings"]), discovery_cached=written)
-        if not args["as_fact"]:
+        if rendered:  # render.yml: the files and the counts, not the plan (costlier to hand back than to compute)
+            try:
+                with gc_paused():
+                    outcome = write_tree(render_tree(plan), args["render_dir"], check_mode=self._task.check_mode)
+            except (RenderDirError, OSError) as error:
+                result.update(failed=True, msg=f"controller (localhost): the render directory: {error}")
+                return result
+            result.update(changed=outcome.pop("changed"), render=outcome)
+        elif not args["as_fact"]:
             result["plan"] = plan
         return result
 

@@ -39,6 +39,7 @@ DEPLOYMENT_PLAN = {
     "run_hosts": {"type": "list", "elements": "str"},
     "as_fact": {"type": "bool", "default": True},
     "controller_files": {"type": "bool", "default": False},
+    "render_dir": {"type": "path"},  # on the controller
 }
 RENDER_PLAN = {
     "plan": {"type": "dict", "required": True},

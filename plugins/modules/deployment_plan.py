@@ -51,10 +51,19 @@ options:
         directory) as deploy's first play does, in this call, so that render.yml refuses what deploy would.
     type: bool
     default: false
+  render_dir:
+    description:
+      - Write the plan and every host's files into this directory on the controller, in this call, as
+        P(vllm_omni.serve.render_plan#module) does (C(plan.json), each pipeline's C(stage_config.yaml),
+        C(engine.env) and argv, each host's units; files of hosts no longer planned removed), and return what was
+        written as RV(render). The plan is then returned neither as a fact nor as RV(plan): C(render.yml) needs only
+        the summary and the counts, and handing a fleet's plan back to Ansible costs more than computing it.
+      - Not in check mode, which writes nothing (RV(render) then says what would change).
+    type: path
 attributes:
   check_mode:
     support: full
-    description: Computes the plan the same way; changes nothing in any mode.
+    description: Computes the plan the same way; changes nothing in any mode but O(render_dir), which check mode leaves as it is.
 extends_documentation_fragment:
   - vllm_omni.serve.attributes
 author:
@@ -80,19 +89,42 @@ RETURN = r"""
 ansible_facts:
   description:
     - C(vllm_omni_plan), the plan (see the P(vllm_omni.serve.plan#filter) filter for its keys); it is the same
-      whatever the limit. Only with O(as_fact).
+      whatever the limit. Only with O(as_fact) and no O(render_dir).
     - C(vllm_omni_limit), what O(run_hosts) leaves out (C(limited), C(hosts), C(outside), C(from_cache), C(routers)).
   type: dict
   returned: success
 plan:
   description: The plan, as the fact C(vllm_omni_plan) would hold it.
   type: dict
-  returned: success and O(as_fact=false)
+  returned: success, O(as_fact=false) and no O(render_dir)
 summary:
   description: Human-readable lines, what you set versus what the collection computed.
   type: list
   elements: str
   returned: success
+render:
+  description: What O(render_dir) received, as P(vllm_omni.serve.render_plan#module) returns it.
+  type: dict
+  returned: success and O(render_dir)
+  contains:
+    dest:
+      description: The directory written.
+      type: str
+    files:
+      description: How many files the render holds.
+      type: int
+    added:
+      description: The files that were not there before.
+      type: list
+      elements: str
+    modified:
+      description: The files whose text changed.
+      type: list
+      elements: str
+    removed:
+      description: The files no longer rendered, removed.
+      type: list
+      elements: str
 discovery_cached:
   description: The hosts whose discovery was written to the controller's cache by this task.
   type: list

@@ -137,6 +137,32 @@ def test_deployment_plan_refuses_bad_options_before_planning(make, monkeypatch, 
     assert planned == []
 
 
+RENDER_FLEET = {"hostvars": {"gpu-1": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
+                                        "vllm_omni_audio_output": False}},
+                "groups": {"all": ["gpu-1"], "vllm_omni": ["gpu-1"]}}
+
+
+def test_deployment_plan_with_a_render_dir_writes_the_render_and_hands_back_no_plan(make, tmp_path):
+    """render.yml's one call: the files and their counts come back, the plan does not (neither fact nor value)."""
+    dest = tmp_path / "render"
+    first = make(deployment_plan, {"render_dir": str(dest)}).run(task_vars=RENDER_FLEET)
+    assert not first.get("failed"), first.get("msg")
+    assert "plan" not in first and set(first["ansible_facts"]) == {"vllm_omni_limit"}
+    assert first["changed"] and first["render"]["files"] == len(first["render"]["added"]) > 3
+    assert json.loads((dest / "plan.json").read_text())["hosts"]["gpu-1"]["pipelines"]
+    again = make(deployment_plan, {"render_dir": str(dest)}).run(task_vars=RENDER_FLEET)
+    assert not again["changed"] and again["render"]["added"] == again["render"]["modified"] == []
+    # Check mode writes nothing; a directory that is not a render's is refused in one line, left as it was.
+    checked = make(deployment_plan, {"render_dir": str(tmp_path / "new")}, check_mode=True).run(task_vars=RENDER_FLEET)
+    assert checked["changed"] and not (tmp_path / "new").exists()
+    foreign = tmp_path / "home"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    refused = make(deployment_plan, {"render_dir": str(foreign)}).run(task_vars=RENDER_FLEET)
+    assert refused["failed"] and refused["msg"].startswith("controller (localhost): the render directory: ")
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
 @pytest.mark.parametrize("args, needle", [
     ({"plan": "hosts", "dest": "/tmp/r"}, "argument 'plan' is of type str"),
     ({"plan": {"hosts": {}}}, "missing required arguments: dest"),

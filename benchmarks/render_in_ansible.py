@@ -1,0 +1,69 @@
+"""render.yml end to end as the fleet grows: ansible-playbook's wall and CPU time, per inventory size.
+
+    python benchmarks/render_in_ansible.py [--sizes 1000,4000] [--out FILE]
+
+make bench times the planner alone (build_plan and render_tree in one process). This times what a user waits for:
+`ansible-playbook playbooks/render.yml` over an inventory of N hosts x 8 GPUs (pd, 0.26.0; the planner benchmark's
+fleet, written as one YAML inventory), from Ansible's start to its exit: inventory parsing, the plan task (which
+plans, checks the controller's files and writes the render in one call), the summary. Each size runs twice: into an
+empty directory, then again into the same one (nothing to change). Wall time and the CPU time of ansible-playbook and
+its workers; JSON on stdout and, with --out, in FILE. Compare sizes within one run (this machine is noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / ".collection"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from plan_in_ansible import inventory_file  # the same fleet as make bench, as an Ansible inventory
+
+
+def timed_render(source: Path, dest: Path) -> dict:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    result = subprocess.run(["ansible-playbook", "playbooks/render.yml", "-i", str(source),
+                             "-e", f"vllm_omni_render_dir={dest}"], cwd=REPO, env=env, capture_output=True, text=True,
+                            check=False)
+    wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        sys.exit(f"render_in_ansible: {source.name}: render.yml failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
+    written = next(line.strip(" -'") for line in result.stdout.splitlines() if "written to " in line)
+    return {"wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+            "written": written[written.index("("):]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,4000", help="inventory sizes (hosts x 8 GPUs)")
+    parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as directory:
+        for size in (int(text) for text in args.sizes.split(",")):
+            source, dest = inventory_file(size, Path(directory)), Path(directory) / f"render-{size}"
+            results.append({"hosts": size, "first": timed_render(source, dest), "again": timed_render(source, dest)})
+    smallest = results[0]
+    for entry in results:
+        entry["wall_ratio_to_smallest"] = round(entry["first"]["wall_s"] / smallest["first"]["wall_s"], 2)
+    document = {"benchmark": "render.yml end to end", "when": time.strftime("%Y-%m-%d %H:%M"),
+                "cores": os.cpu_count(), "results": results}
+    text = json.dumps(document, indent=1) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -56,7 +56,7 @@ options:
       - Write the plan and every host's files into this directory on the controller, in this call, as
         P(vllm_omni.serve.render_plan#module) does (C(plan.json), each pipeline's C(stage_config.yaml),
         C(engine.env) and argv, each host's units; files of hosts no longer planned removed), and return what was
-        written as RV(render). The plan is then returned neither as a fact nor as RV(plan): C(render.yml) needs only
+        written as RV(render). The plan is then returned neither as a fact nor as RV(plan), since C(render.yml) needs only
         the summary and the counts, and handing a fleet's plan back to Ansible costs more than computing it.
       - Not in check mode, which writes nothing (RV(render) then says what would change).
     type: path

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from unitlib import REPO
+from unitlib import REPO, inventory
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _observability
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime import _status
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts import _prometheus
 
@@ -75,16 +76,22 @@ def test_the_panels_and_rules_the_issue_asks_for_exist():
             "VllmOmniTTFTOverObjective", "VllmOmniCertificateExpiresSoon", "VllmOmniPipelineUnhealthy"} <= alerts
 
 
+def planned(**settings) -> dict:
+    """A one-host plan from the planner, with these settings in the inventory."""
+    return build_plan(inventory({"gpu-1": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2]}}, settings,
+                                router=["edge-1"]))
+
+
 def test_the_ttft_objective_is_the_plans_setting():
-    plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
-                                        "vllm_omni_alert_ttft_seconds": {"value": 0.75, "source": "inventory"}}}
+    plan = planned(vllm_omni_alert_ttft_seconds=0.75)
+    assert plan["monitoring"]["alerts"]["ttft_seconds"] == 0.75
     (ttft,) = [r for g in _prometheus.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniTTFTOverObjective"]
     assert ttft["expr"].endswith("> 0.75") and "0.75 s" in ttft["annotations"]["summary"]
 
 
 def test_the_certificate_window_is_the_plans_setting_and_needs_a_front_door():
-    plan = {**GOLDEN_PLAN, "settings": {**GOLDEN_PLAN["settings"],
-                                        "vllm_omni_alert_certificate_days": {"value": 30, "source": "inventory"}}}
+    plan = planned(vllm_omni_alert_certificate_days=30)
+    assert plan["monitoring"]["alerts"]["certificate_days"] == 30
     (rule,) = [r for g in _prometheus.alert_rules(plan) for r in g["rules"] if r["alert"] == "VllmOmniCertificateExpiresSoon"]
     assert rule["expr"].endswith("/ 86400 < 30") and "30 days" in rule["annotations"]["summary"]
     assert 'job="vllm-omni-frontdoor"' in rule["expr"]

@@ -95,3 +95,19 @@ def test_templates_read_names_and_urls_from_the_plan():
     templates = sorted(REPO.glob("roles/*/templates/*"))
     found = {path.relative_to(REPO).as_posix(): spelled(path.read_text(), owned) for path in templates}
     assert templates and {path: what for path, what in found.items() if what} == {}
+
+
+# A setting is read by string key in the planner only (plugins/plugin_utils/plan/, which validates it and puts its
+# normalised value in a plan section); what runs after it reads the sections (issue 42: one source of truth).
+SETTINGS_READ = re.compile(r"""plan\w*\[["']settings["']\]|plan\w*\.get\(["']settings|plan\w*\.settings\b""")
+
+
+def test_nothing_after_the_planner_reads_a_setting_from_the_plans_settings():
+    readers = [path for directory in ("plugins", "roles", "playbooks", "molecule")
+               for path in sorted((REPO / directory).rglob("*"))
+               if path.suffix in (".py", ".yml", ".yaml", ".j2") and path.is_file()
+               and "plugin_utils/plan/" not in path.as_posix()]
+    found = [f"{path.relative_to(REPO)}:{number}" for path in readers
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if SETTINGS_READ.search(line)]
+    assert len(readers) > 100 and found == [], found

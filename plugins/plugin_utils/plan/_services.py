@@ -159,8 +159,10 @@ def master_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) ->
 
 def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict) -> dict:
     monitoring = MonitoringSettings.of(settings)
+    # The alert rules' thresholds (texts/_prometheus), in the plan whether or not Prometheus runs here.
+    alerts = {"ttft_seconds": float(monitoring.alert_ttft_seconds), "certificate_days": monitoring.alert_certificate_days}
     if not monitoring.enabled:
-        return {"enabled": False, "hosts": []}
+        return {"enabled": False, "hosts": [], "alerts": alerts}
     port = monitoring.prometheus_port
     # file_sd target files (_observability.targets): engines, routers and the engine hosts' self-heal agents always,
     # the front doors' and the master's when they run.
@@ -170,6 +172,7 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
         "enabled": True,
         "hosts": sorted(hosts),
         "defaulted": defaulted,
+        "alerts": alerts,
         "port": port,
         "unit": _names.PROMETHEUS_UNIT,  # the distribution's; the monitoring role configures and starts it
         "targets_dir": _names.PROMETHEUS_TARGETS_DIR,

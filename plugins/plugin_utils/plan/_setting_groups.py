@@ -159,3 +159,5 @@ class MonitoringSettings(_Group):
     prometheus_port: int
     frontdoor_enabled: bool
     mooncake_master_enabled: bool
+    alert_ttft_seconds: float
+    alert_certificate_days: int

@@ -164,14 +164,14 @@ def _memlock_check(facts: dict) -> dict:
                   "(RDMA registration fails without it)")
 
 
-def _rdma_checks(plan: dict, engine_host: bool, facts: dict) -> list[dict]:
-    """A pd engine host whose Mooncake transfer runs over RDMA: the devices the plan names are there."""
-    protocol = plan["settings"]["vllm_omni_mooncake_protocol"]["value"]
-    mooncake = plan["settings"].get("vllm_omni_kv_connector", {}).get("value", "mooncake") == "mooncake"
-    if not (engine_host and plan["layout"] == "pd" and mooncake and protocol == "rdma"):
+def _rdma_checks(plan: dict, host: str, facts: dict) -> list[dict]:
+    """An engine host whose pipelines' Mooncake transfer runs over RDMA: the devices the plan names are there."""
+    over_rdma = [pipeline["mooncake"] for pipeline in plan["hosts"].get(host, {}).get("pipelines", [])
+                 if pipeline.get("mooncake", {}).get("protocol") == "rdma"]
+    if not over_rdma:
         return []
+    wanted = sorted({device for transfer in over_rdma for device in transfer["rdma_devices"]})
     devices = facts.get("rdma_devices")
-    wanted = plan["settings"]["vllm_omni_mooncake_rdma_devices"]["value"]
     if devices is None:
         return [_check("rdma", "warn", "ibv_devices is not installed yet (the mooncake role installs it)",
                        "re-run preflight after the mooncake role to list the devices")]
@@ -231,7 +231,7 @@ def evaluate(plan: dict, host: str, facts: dict, gpu_facts: dict | None) -> dict
         checks += _gpu_checks(plan, host, facts, gpu_facts)
     checks.append(_memlock_check(facts))
     checks += _ports(plan, host, facts.get("listening", []))
-    checks += _rdma_checks(plan, engine_host, facts)
+    checks += _rdma_checks(plan, host, facts)
     checks += _package_checks(plan, host, facts.get("packages") or {})
     clock = facts.get("clock_synchronized")
     checks.append(_check("clock", "ok" if clock else "warn",

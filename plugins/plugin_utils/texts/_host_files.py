@@ -95,7 +95,7 @@ def _driver_modules(plan: dict) -> list[str]:
 def engine_template_unit(plan: dict) -> str:
     user, group, home = _names.ENGINE_ACCOUNT
     interval, burst = ENGINE_START_LIMIT
-    init_timeout = plan["settings"]["vllm_omni_init_timeout"]["value"]
+    init_timeout = plan["backend"]["start"]["timeout"]  # vllm_omni_init_timeout
     return _unit(
         [f"{plan['paths']['engine_unit_template']}: rendered by vllm_omni.serve from the plan; edits are overwritten.",
          "One instance per pipeline: vllm-omni@<pipeline>.service. Each instance's drop-in",
@@ -320,7 +320,7 @@ def sysctl_text(plan: dict, host: str) -> str:
              "# Every port the plan puts on this host, kept out of the ephemeral range so an outgoing",
              "# connection never holds one when a unit restarts.",
              f"net.ipv4.ip_local_reserved_ports = {plan['reserved_ports'][host]}"]
-    if plan["settings"]["vllm_omni_mooncake_protocol"]["value"] == "tcp":
+    if plan["kv_transfer"]["mooncake_protocol"] == "tcp":
         lines += ["# TCP transfers open many short connections.", "net.ipv4.tcp_tw_reuse = 1"]
     return "\n".join(lines) + "\n"
 

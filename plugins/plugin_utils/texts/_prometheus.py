@@ -73,7 +73,7 @@ def alert_rules(plan: dict) -> list[dict]:
     the engine-metric ones never fire on the simulator, whose /metrics has none of the engine's names."""
     pd_sum = ", prefill's plus decode's" if plan["layout"] == "pd" else ""
     engine = 'job="vllm-omni-engine"'
-    objective = float(plan["settings"].get("vllm_omni_alert_ttft_seconds", {}).get("value", 2.0))
+    objective = plan["monitoring"]["alerts"]["ttft_seconds"]
     rules = [
         {"alert": "VllmOmniEngineDown", "expr": f"up{{{engine}}} == 0", "for": "1m",
          "labels": {"severity": "critical"},
@@ -112,7 +112,7 @@ def alert_rules(plan: dict) -> list[dict]:
 
 def _certificate_rules(plan: dict) -> list[dict]:
     """The front door's certificate expiring soon."""
-    days = int(plan["settings"].get("vllm_omni_alert_certificate_days", {}).get("value", 14))
+    days = plan["monitoring"]["alerts"]["certificate_days"]
     return [
         {"alert": "VllmOmniCertificateExpiresSoon",
          "expr": f'({CERTIFICATE_EXPIRY}{{job="vllm-omni-frontdoor"}} - time()) / 86400 < {days}',

@@ -157,7 +157,7 @@ demo-down: tools
 # a run that ends without space says how much there was.
 LAB_PYTEST := python -m pytest -p no:cacheprovider --durations=40 -o testpaths=tests/lab
 # LAB_LANES=3: with molecule out of make test the lab is about 137 lane-minutes on CI's 2 cores, and two lanes left
-# a core idle often enough that the niced checks chain ended beside them (docs/benchmarks.md); LAB_LANES=1: one lab.
+# a core idle often enough that the niced checks chain ended beside them (record/benchmarks-history.md); LAB_LANES=1: one lab.
 LAB_LANES ?= 3
 define lab_lanes
 	@df -h --output=target,size,used,avail $(CACHE) | sed 's/^/lab-test disk before: /'
@@ -180,7 +180,7 @@ molecule: tools molecule-multihost
 molecule-multihost: tools
 	env -u ANSIBLE_CONFIG molecule test -s multihost
 
-# What the real-GPU PD run carries to the device machine (docs/gpu-evidence.md): .device/, git-ignored.
+# What the real-GPU PD run carries to the device machine (record/gpu-evidence.md): .device/, git-ignored.
 device-payload: tools
 	python -c 'import sys; sys.path[:0] = ["tests/conformance", "tests"]; import conftest; conftest.ensure_engine("0.26.0")'
 	ENGINE_PYTHON=$(CACHE)/engines/0.26.0/bin/python tests/device/prepare.sh

@@ -1,6 +1,6 @@
 """PD against aggregated on one GPU with the bench playbook's harness, the real engine's /metrics, and faults.
 
-Device side (issue 25; docs/gpu-evidence.md), after tests/device/pd_serving.sh staged the payload: for each
+Device side (issue 25; record/gpu-evidence.md), after tests/device/pd_serving.sh staged the payload: for each
 NAME=RENDER, in the order given, it starts the render's pipeline exactly as pd_serving.py does (argv,
 environment, connector: whichever the plan names), waits for /health, saves GET /metrics (--log-stats is in the
 argv), runs `vllm bench serve` from the staged venv over the grid the bench role would (roles/bench/files/
@@ -29,7 +29,7 @@ seconds from the kill to the server's exit, the relaunch, /health 200 and the fi
 full, with what clients saw meanwhile. --no-grid skips the harness (a call that only measures the fault).
 
 --budget S: the call's own deadline (the device tool stops a call at 600 s). Before each step the script
-compares what is left with its estimate (estimate(); the constants come from run 7, docs/gpu-evidence.md 1f)
+compares what is left with its estimate (estimate(); the constants come from run 7, record/gpu-evidence.md 1f)
 and skips what would not fit, saying so in bench.json, rather than being killed half-way. --estimate prints
 the plan and its seconds without starting anything (tests/device/prepare.sh prints it for each call).
 """

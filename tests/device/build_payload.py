@@ -26,7 +26,7 @@ data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt (``uv pip compile --generate-hashe
 
 On the device: tests/device/unpack_payload.sh DEST PART... gives DEST/site (PYTHONPATH) and
 DEST/lib (LD_LIBRARY_PATH).  Background and the first run: /work/shared/reference/gpu-staging.md and
-docs/gpu-evidence.md.
+record/gpu-evidence.md.
 
 Re-running reuses the wheels, debs and the xz in .device/cache/ while their inputs are unchanged.
 Usage: python3 tests/device/build_payload.py [--lock PATH]
@@ -113,7 +113,7 @@ NOT_CARRIED = {
     "gguf": "GGUF checkpoints; this model is safetensors/dummy",
 }
 
-# The packages the first run (gpu-staging.md, docs/gpu-evidence.md section 1) proved a text-only PD run
+# The packages the first run (gpu-staging.md, record/gpu-evidence.md section 1) proved a text-only PD run
 # imports.  They must be among the carried ones: a NOT_CARRIED entry that names one is a mistake.
 PROVEN_NEEDED = (
     "vllm", "vllm-omni", "mooncake-transfer-engine-cuda13", "blake3", "setproctitle",

@@ -1,4 +1,4 @@
-"""Turn what a device run brought back into a committable fixture (docs/gpu-evidence.md).
+"""Turn what a device run brought back into a committable fixture (record/gpu-evidence.md).
 
     python3 tests/device/excerpt.py FILES_AT DEST
 

@@ -2,7 +2,7 @@
 
 Run on the device machine (one H200, no network) by ``tests/device/pd_serving.sh run``, after
 ``tests/device/prepare.sh`` built the payload here and ``pd_serving.sh stage`` carried it over
-(docs/gpu-evidence.md has the whole procedure). Standard library only: it runs with the machine's
+(record/gpu-evidence.md has the whole procedure). Standard library only: it runs with the machine's
 own ``python3`` before anything is installed.
 
 What it does, per scenario (a render of one ``tests/device/inventories/*.yml``):
@@ -270,7 +270,7 @@ def prepare_sandbox(plan: dict, pipeline: dict) -> dict:
 def fresh_home(home: str, keep_compile_cache: str | None = None) -> None:
     """Every start begins with an empty engine home (no Triton or CUDA JIT caches from an earlier start), except,
     for a warm restart, the plan's compile cache (``keep_compile_cache``: its path), as a host's unit keeps it
-    across restarts. (Run 12's "warm" start had lost it here, at this wipe: docs/gpu-evidence.md.)"""
+    across restarts. (Run 12's "warm" start had lost it here, at this wipe: record/gpu-evidence.md.)"""
     keep = {"hf"}
     if keep_compile_cache:
         keep.add(Path(keep_compile_cache).relative_to(home).parts[0])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device side of the real-GPU PD run (issue 11; docs/gpu-evidence.md), called through the device
+# The device side of the real-GPU PD run (issue 11; record/gpu-evidence.md), called through the device
 # tool's `run` from the repository root, after tests/device/prepare.sh built .device/ here:
 #   tests/device/pd_serving.sh stage FILE...          keep carried files in /srv/stage/in; one 40 MiB
 #                                                      part per call (the tool carries 64 MiB), calls back

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The controller side of the real-GPU PD run (docs/gpu-evidence.md): everything the device machine
+# The controller side of the real-GPU PD run (record/gpu-evidence.md): everything the device machine
 # needs, built here (PyPI and Debian mirrors reachable) into .device/ (git-ignored):
 #   .device/engine.tar.xz.partN        the packages of data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt that the
 #                                      device image lacks, at the lock's versions and hashes (build_payload.py)

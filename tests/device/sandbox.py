@@ -2,7 +2,7 @@
 
     python3 tests/device/sandbox.py --unit RENDER/HOST/systemd/vllm-omni@.service [--check-readonly DIR]... -- ARGV...
 
-Run as root on the device machine (docs/gpu-evidence.md, run 6) by pd_serving.py for a scenario
+Run as root on the device machine (record/gpu-evidence.md, run 6) by pd_serving.py for a scenario
 marked ``:sandbox``. It reads the ``[Service]`` section of the collection's rendered engine unit
 (rendered from the plan's ``hardening.engine``) and emulates what a root process can set up for
 itself with plain kernel calls, then drops to the unit's user and executes ARGV:

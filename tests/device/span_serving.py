@@ -39,7 +39,7 @@ head on the first host, a headless decode stage on the second). Standard library
    (the units before issue 27's stop), ``bounded`` sends SIGKILL to what is left of the unit as soon as its HTTP
    server is done (the head's ExecStop= and KillSignal=SIGKILL, plan/_engine_argv.head_exec_stop). A first
    ``bounded`` run signalled the main process alone: the engine's stage processes, which inherit the listening
-   socket, kept the port open for the whole 30 s join (docs/gpu-evidence.md, run 10). Then the head and the
+   socket, kept the port open for the whole 30 s join (record/gpu-evidence.md, run 10). Then the head and the
    headless stage start again in the deploy's order, and one request is judged prefill -> decode.
 
 Everything lands in $OUT/results.json (key NAME) and $OUT/logs.tar.gz. ``--budget`` keeps the call inside the

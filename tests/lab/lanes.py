@@ -44,7 +44,7 @@ class Module:
     releases: tuple[str, ...] = ("bookworm",)  # the Debian releases of the machines it boots (warm.py --releases)
 
 
-# Longest first. Minutes in two lanes beside the checks chain (clean clone of bba174b, docs/benchmarks.md):
+# Longest first. Minutes in two lanes beside the checks chain (clean clone of bba174b, record/benchmarks-history.md):
 # test_faults 28, test_lab 12 (its tarball test installs ansible-core from the index), test_multihost 12,
 # test_security 8.5, test_real_engine about 7 (conformance's engine venv and model config), test_footprint 5.5,
 # test_artifacts 3, test_sandbox_devices under 1.

@@ -52,6 +52,10 @@ def test_tarball_ships_the_collection_and_no_tests_or_links(installed):
                    "data", "docs", "inventories", "meta", "playbooks", "plugins", "roles"}, top
     assert not any(n.startswith("changelogs/fragments") or "__pycache__" in n for n in names)
     assert "inventories/example/hosts.yml" in names and not any(n.startswith("inventories/lab") for n in names)
+    # The user docs ship with their index; the engineering record (run logs, GPU evidence) stays in the repository.
+    assert "docs/README.md" in names and "docs/benchmarks.md" in names
+    assert (REPO / "record" / "gpu-evidence.md").is_file()
+    assert not any(n == "record" or n.startswith("record/") for n in names), [n for n in names if "record" in n]
 
 
 def test_build_ignore_keeps_out_everything_git_ignores():

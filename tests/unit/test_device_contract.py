@@ -75,7 +75,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "device-h100-contract"
 @pytest.mark.parametrize("run, pipelines", [("results.json", ("pd-text", "aggregated-text")),
                                             ("nixl/results.json", ("pd-text-nixl",))])
 def test_the_committed_gpu_runs_say_what_docs_gpu_evidence_says(run, pipelines):
-    """docs/gpu-evidence.md (run 11) quotes these: a fixture replaced by a run that says otherwise fails here.
+    """record/gpu-evidence.md (run 11) quotes these: a fixture replaced by a run that says otherwise fails here.
 
     The NIXL run came first, with /v1/completions still judged as a length check: vLLM-Omni refused it for
     Qwen3-Omni (HTTP 400), its one FAIL, after which the script records that endpoint instead of judging it."""

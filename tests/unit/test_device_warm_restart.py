@@ -1,4 +1,4 @@
-"""docs/gpu-evidence.md section 1k against the device run it reports (tests/fixtures/device-h100-warm-restart):
+"""record/gpu-evidence.md section 1k against the device run it reports (tests/fixtures/device-h100-warm-restart):
 the numbers the doc states are the recorded ones, so neither can drift from the other."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "device-h100-warm-restart"
 
 
 def section() -> str:
-    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    text = (REPO / "record" / "gpu-evidence.md").read_text()
     start = text.index("## 1k. Run 12")
     return text[start:text.index("\n## ", start + 1)]
 
@@ -45,7 +45,7 @@ WATCH = REPO / "tests" / "fixtures" / "device-h200-aot-watch"
 def test_run_13_states_what_its_watch_recorded():
     """Section 1l: both artifacts saved and kept after the engine stopped; the directory emptied when the harness began
     the next scenario; the ready times are the recorded ones."""
-    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    text = (REPO / "record" / "gpu-evidence.md").read_text()
     start = text.index("## 1l. Run 13")
     doc = text[start:text.index("\n## ", start + 1)]
     results = json.loads((WATCH / "results.json").read_text())
@@ -64,7 +64,7 @@ KEPT = REPO / "tests" / "fixtures" / "device-h200-warm-restart-kept"
 def test_run_14_states_its_recorded_ready_and_compile_times():
     """Section 1m: the ready times, compile times and answers in its table are run 14's recorded ones, and both warm
     starts loaded the saved artifacts."""
-    text = (REPO / "docs" / "gpu-evidence.md").read_text()
+    text = (REPO / "record" / "gpu-evidence.md").read_text()
     start = text.index("## 1m. Run 14")
     doc = text[start:text.index("\n## ", start + 1)]
     results = json.loads((KEPT / "results.json").read_text())

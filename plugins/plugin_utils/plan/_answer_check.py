@@ -12,7 +12,7 @@ plugins/modules/answer_reference.py). The key is what the answer may depend on: 
 engine (vLLM-Omni's version, or the simulator's), the tensor-parallel size and the request. Not the layout: an
 aggregated pipeline's answer stays the reference when the deployment moves to PD, which is the comparison that
 matters (on one H100 a PD pipeline's seeded answers equalled the aggregated pipeline's on 32 of 32 prompts,
-docs/gpu-evidence.md run 11). Not the GPU model either, which the plan does not know: each host keeps its own.
+record/gpu-evidence.md run 11). Not the GPU model either, which the plan does not know: each host keeps its own.
 """
 
 from __future__ import annotations

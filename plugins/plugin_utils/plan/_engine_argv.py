@@ -27,7 +27,8 @@ def environment(deployment: Deployment, ip: str, gpus: list[int], ports: dict) -
     }
     if process.backend == "engine":
         # Compile caches kept across restarts, out of /tmp (PrivateTmp); vLLM points Inductor into its own root for
-        # what it compiles, these hold the rest. Both 0.26 stages save their AOT artifact there (gpu-evidence.md run 13).
+        # what it compiles, these hold the rest. Both 0.26 stages save their AOT artifact there
+        # (record/gpu-evidence.md run 13).
         cache = _names.compile_cache_dir(deployment.engine.version)
         env.update({"VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
                     "TRITON_CACHE_DIR": f"{cache}/triton"})
@@ -128,7 +129,7 @@ def head_exec_stop(api_port: int) -> list[str]:
     main process lives and its API port still listens or holds a connection (established, or closed by the client
     only); the unit's KillSignal=SIGKILL then takes what is left. vLLM-Omni 0.26's head finishes its HTTP server
     at once but then waits out a 30 s orchestrator join its own membership watcher holds up: on an H200 a head's
-    stop took 30.35 s this way and 0.31 s with this stop (docs/gpu-evidence.md, run 10). The whole group, not the
+    stop took 30.35 s this way and 0.31 s with this stop (record/gpu-evidence.md, run 10). The whole group, not the
     main process alone: the engine's stage processes inherit the listening socket and keep the port open until
     they go. MAINPID is in the environment of a unit's control processes; /proc/net/tcp6 may be absent (grep -q
     still answers a match)."""

@@ -1,4 +1,4 @@
-"""Planning from GPU facts captured on the real 2xH200 machine (tests/fixtures/device-h200x2*, docs/gpu-evidence.md)."""
+"""Planning from GPU facts captured on the real 2xH200 machine (tests/fixtures/device-h200x2*, record/gpu-evidence.md)."""
 
 from __future__ import annotations
 

@@ -117,6 +117,19 @@ def _sizing_lines(plan: dict) -> list[str]:
     return lines
 
 
+def _unchecked_lines(plan: dict) -> list[str]:
+    """What the plan took on trust because no host was asked (render, or a deploy before discovery): said, so that a
+    render that passed is not read as the GPUs having been checked."""
+    trusted = [host for host, host_plan in plan["hosts"].items() if host_plan["gpu_source"] == "vllm_omni_gpus"]
+    if not trusted:
+        return []
+    named = ", ".join(trusted[:GROUP_ABOVE]) + (f" and {len(trusted) - GROUP_ABOVE} more" if len(trusted) > GROUP_ABOVE
+                                               else "")
+    return [f"not checked without the hosts: vllm_omni_gpus of {named} (that each GPU exists and is free; deploy "
+            "checks them against what it discovers: a missing GPU is refused, a busy one unless "
+            "vllm_omni_allow_busy_gpus)"]
+
+
 def summary_lines(plan: dict) -> list[str]:
     engine, backend = plan["engine"], plan["backend"]
     lines = [
@@ -144,6 +157,7 @@ def summary_lines(plan: dict) -> list[str]:
             lines.append(f"... {rest} more hosts in {len(shapes) - GROUP_ABOVE} more shapes (plan.json has every host)")
         warnings = _grouped_warnings(warnings, set(blocks))
     lines += _sizing_lines(plan)
+    lines += _unchecked_lines(plan)
     lines += _deployment_lines(plan, fleet=len(blocks) > GROUP_ABOVE)
     lines += [f"WARNING: {warning}" for warning in warnings]
     return lines

@@ -74,3 +74,16 @@ def test_the_sizing_line_states_each_pipeline_shape_its_tp_memory_shares_and_p_t
     aggregated = summary_lines(build_plan(fleet(1, vllm_omni_layout="aggregated", vllm_omni_audio_output=False)))
     assert any(line.startswith("sizing: 8 pipelines of thinker on 1 GPU, memory share thinker 0.9") and
                line.endswith("no P:D split (aggregated)") for line in aggregated), aggregated
+
+
+def test_gpus_taken_on_trust_are_said_to_be_unchecked_and_discovered_ones_are_not():
+    lines = summary_lines(build_plan(fleet(GROUP_ABOVE + 3)))
+    (unchecked,) = [line for line in lines if line.startswith("not checked without the hosts")]
+    assert "vllm_omni_gpus of gpu-00, gpu-01" in unchecked and unchecked.count("gpu-") == GROUP_ABOVE
+    assert "and 3 more" in unchecked and "a missing GPU is refused" in unchecked
+    # After discovery (the facts a deploy gathers) the same GPUs are checked: nothing to say.
+    facts = {"gpus": [{"index": index, "busy": False} for index in range(8)], "cuda_major": 13}
+    discovered = fleet(2)
+    for variables in discovered["hostvars"].values():
+        variables["vllm_omni_gpu_facts"] = facts
+    assert not [line for line in summary_lines(build_plan(discovered)) if line.startswith("not checked")]

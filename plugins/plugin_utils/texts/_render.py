@@ -43,8 +43,8 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
     own_firewall["per_host"] = {host: firewall["per_host"][host]} if host in firewall.get("per_host", {}) else {}
     # The peer list only where the peers file is rendered: it is the one deployment-wide part.
     own_firewall["peers"] = firewall.get("peers", []) if own_firewall["per_host"] else []
-    keep = ("schema", "layout", "paths", "engine", "backend", "settings", "hardening", "router", "mooncake_master",
-            "monitoring", "served_model_name")
+    keep = ("schema", "layout", "paths", "engine", "backend", "kv_transfer", "settings", "hardening", "router",
+            "mooncake_master", "monitoring", "served_model_name")
     sliced = {key: convert(plan[key]) for key in keep if key in plan}
     sliced.update({"hosts": convert(hosts), "firewall": convert(own_firewall),
                    "artifacts": convert(_artifacts.host_slice(plan["artifacts"], host)) if "artifacts" in plan else {},

@@ -75,6 +75,12 @@ def stage_layout(deployment: Deployment, host: str, pipeline: str) -> list[dict]
     return stages
 
 
+def kv_transfer_section(kv: KvTransferSettings) -> dict:
+    """The deployment's KV transfer, one field each (what the host files read; each PD pipeline also carries its own
+    part under its connector's key, kv_transfer_plan)."""
+    return {"connector": kv.kv_connector, "mooncake_protocol": kv.mooncake_protocol}
+
+
 def kv_transfer_plan(kv: KvTransferSettings) -> tuple[str, dict]:
     """A PD pipeline's KV-transfer settings, under the plan key of its connector (``mooncake`` or ``nixl``):
     the transport, and what happens when a hand-off fails or is never claimed."""

@@ -195,9 +195,7 @@ def _assemble(deployment: Deployment, engine_hosts: list[str], host_plans: dict[
             "driver_floor": _platforms.driver_floor(engine.wheel_cuda_major),
         },
         "backend": builder.backend,
-        # The deployment's KV transfer, one field each (a PD pipeline carries its own part under its connector's key).
-        "kv_transfer": {"connector": deployment.kv_settings.kv_connector,
-                        "mooncake_protocol": deployment.kv_settings.mooncake_protocol},
+        "kv_transfer": _pipelines.kv_transfer_section(deployment.kv_settings),
         "model": settings["vllm_omni_model"],
         "served_model_name": deployment.served,
         "tensor_parallel_size": deployment.tp,

@@ -123,8 +123,8 @@ def _unchecked_lines(plan: dict) -> list[str]:
     trusted = [host for host, host_plan in plan["hosts"].items() if host_plan["gpu_source"] == "vllm_omni_gpus"]
     if not trusted:
         return []
-    named = ", ".join(trusted[:GROUP_ABOVE]) + (f" and {len(trusted) - GROUP_ABOVE} more" if len(trusted) > GROUP_ABOVE
-                                               else "")
+    more = len(trusted) - GROUP_ABOVE
+    named = ", ".join(trusted[:GROUP_ABOVE]) + (f" and {more} more" if more > 0 else "")
     return [f"not checked without the hosts: vllm_omni_gpus of {named} (that each GPU exists and is free; deploy "
             "checks them against what it discovers: a missing GPU is refused, a busy one unless "
             "vllm_omni_allow_busy_gpus)"]

@@ -137,9 +137,8 @@ def test_deployment_plan_refuses_bad_options_before_planning(make, monkeypatch, 
     assert planned == []
 
 
-RENDER_FLEET = {"hostvars": {"gpu-1": {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2],
-                                        "vllm_omni_audio_output": False}},
-                "groups": {"all": ["gpu-1"], "vllm_omni": ["gpu-1"]}}
+RENDER_HOST = {"ansible_host": "10.0.0.11", "vllm_omni_gpus": [0, 1, 2], "vllm_omni_audio_output": False}
+RENDER_FLEET = {"hostvars": {"gpu-1": RENDER_HOST}, "groups": {"all": ["gpu-1"], "vllm_omni": ["gpu-1"]}}
 
 
 def test_deployment_plan_with_a_render_dir_writes_the_render_and_hands_back_no_plan(make, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -28,6 +29,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from plan_in_ansible import inventory_file  # the same fleet as make bench, as an Ansible inventory
 
+WRITTEN = re.compile(r"written to \S+ \((\d+) files; added (\d+), modified (\d+), removed (\d+)\)")
+
 
 def timed_render(source: Path, dest: Path) -> dict:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
@@ -38,9 +41,13 @@ def timed_render(source: Path, dest: Path) -> dict:
     wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         sys.exit(f"render_in_ansible: {source.name}: render.yml failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
-    written = next(line.strip(" -'") for line in result.stdout.splitlines() if "written to " in line)
+    # The summary's last line, which Ansible's YAML output may fold over two lines.
+    written = WRITTEN.search(" ".join(result.stdout.split()))
+    if written is None:
+        sys.exit(f"render_in_ansible: {source.name}: no 'written to' line in render.yml's output")
+    files, added, modified, removed = (int(number) for number in written.groups())
     return {"wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
-            "written": written[written.index("("):]}
+            "files": files, "added": added, "modified": modified, "removed": removed}
 
 
 def main() -> int:

@@ -1,10 +1,13 @@
 """Bounded load generator for the lab: chat completions, latencies, failures. Never an open-ended flood.
 
-    python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--ca-file CA] [--max-seconds 120] [--json]
+    python benchmarks/loadgen.py URL --requests 300 --concurrency 4 --key-file KEY [--ca-file CA] [--max-seconds 120]
+        [--rate PER_SECOND] [--json]
 
 An https:// URL (the router's TLS front door) is checked against --ca-file (the collection's CA).
 
-Bounded by request count AND wall time, and it refuses any target outside the lab bridge
+Bounded by request count AND wall time (and, with --rate, by requests started per second: each request is a new
+TLS connection, so an unpaced run at concurrency 4 keeps a core of the lab busy between client, front door, router
+and engine), and it refuses any target outside the lab bridge
 (10.77.0.0/24) or loopback, so it cannot be pointed at someone else's service.
 """
 
@@ -62,8 +65,9 @@ def one_request(url: str, key: str | None, model: str, max_tokens: int, timeout:
 
 
 def run(url: str, requests: int, concurrency: int, key: str | None, model: str, max_tokens: int,
-        max_seconds: float, context: ssl.SSLContext | None = None) -> dict:
+        max_seconds: float, context: ssl.SSLContext | None = None, rate: float | None = None) -> dict:
     deadline = time.monotonic() + max_seconds
+    paced_from = time.monotonic()
     stop = threading.Event()
     # SIGTERM/SIGINT end the run early but still print the report (used to wrap a rolling upgrade).
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -78,7 +82,14 @@ def run(url: str, requests: int, concurrency: int, key: str | None, model: str, 
             with lock:
                 if issued >= requests or time.monotonic() >= deadline or stop.is_set():
                     return
+                # The n-th request starts no earlier than n / rate seconds in; slots missed while requests hung
+                # start at once, at most `concurrency` of them together.
+                start_at = paced_from + issued / rate if rate else 0.0
+                if start_at >= deadline:
+                    return
                 issued += 1
+            if stop.wait(max(0.0, start_at - time.monotonic())):
+                return
             outcome = one_request(url, key, model, max_tokens, timeout=min(60.0, max_seconds), context=context)
             with lock:
                 results.append(outcome)
@@ -112,16 +123,19 @@ def main() -> int:
     parser.add_argument("--model", default="qwen3-omni")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--max-seconds", type=float, default=120)
+    parser.add_argument("--rate", type=float, help="requests started per second at most (default: as fast as answered)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not allowed(args.url):
         sys.exit(f"loadgen: {args.url} is outside the lab bridge and loopback; refusing")
     if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 64 or not 1 <= args.max_seconds <= 3600:
         sys.exit("loadgen: requests 1-100000, concurrency 1-64, max-seconds 1-3600")
+    if args.rate is not None and not 0.1 <= args.rate <= 10000:
+        sys.exit("loadgen: rate 0.1-10000 requests a second")
     key = Path(args.key_file).read_text().strip() if args.key_file else None
     context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
     report = run(args.url, args.requests, args.concurrency, key, args.model, args.max_tokens, args.max_seconds,
-                 context)
+                 context, args.rate)
     with contextlib.suppress(BrokenPipeError):  # the reader went away; nothing left to tell it
         print(json.dumps(report) if args.json else report, flush=True)
     return 0

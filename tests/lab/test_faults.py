@@ -46,13 +46,20 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (C
 
 
 class Load:
-    """Requests through the router in the background until stopped; .report() has sent/ok/failed."""
+    """Requests through the router in the background until stopped; .report() has sent/ok/failed.
 
-    def __init__(self, concurrency: int = 4, max_seconds: int = 300):
+    Paced at 15 requests a second: a gap between requests of 67 ms still finds any window in which the
+    fleet refuses work, while an unpaced generator (about 45 a second, each a new TLS connection) kept about a core
+    of the 2-core CI machine busy between itself, the front door, the router and the engines, slowing the deploy
+    under test and everything beside it."""
+
+    RATE = 15
+
+    def __init__(self, concurrency: int = 4, max_seconds: int = 300, key_file: Path = KEY_FILE):
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), ROUTER, "--requests", "100000",
-             "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--key-file", str(KEY_FILE),
-             "--ca-file", str(CA_FILE), "--json"], stdout=subprocess.PIPE, text=True)
+             "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--rate", str(self.RATE),
+             "--key-file", str(key_file), "--ca-file", str(CA_FILE), "--json"], stdout=subprocess.PIPE, text=True)
         time.sleep(2)
 
     def report(self) -> dict:
@@ -364,17 +371,6 @@ def test_host_lost_mid_deploy_fails_alone_and_a_rerun_completes(two_hosts):
 NEW_KEY_FILE = Path(tempfile.gettempdir()) / f"vllm-omni-faults-new{SUFFIX}.key"
 
 
-class KeyLoad(Load):
-    """Load sent with another key file (the client that has moved to the new key)."""
-
-    def __init__(self, key_file: Path, concurrency: int = 4, max_seconds: int = 900):
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), ROUTER, "--requests", "100000",
-             "--concurrency", str(concurrency), "--max-seconds", str(max_seconds), "--key-file", str(key_file),
-             "--ca-file", str(CA_FILE), "--json"], stdout=subprocess.PIPE, text=True)
-        time.sleep(2)
-
-
 def door_status(key: str) -> str:
     """The front door's answer to GET /v1/models with this key (from the controller, as a client)."""
     return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(CA_FILE),
@@ -408,7 +404,7 @@ def test_api_key_rotation_and_certificate_renewal_under_load_drop_no_request(two
     timings["both_keys"] = round(time.monotonic() - started, 1)
     assert door_status(new) == "200" and door_status(old) == "200"
     # 2. The clients switch to the new key; 3. the old key is dropped while they send.
-    new_clients = KeyLoad(NEW_KEY_FILE)
+    new_clients = Load(max_seconds=900, key_file=NEW_KEY_FILE)
     old_report = old_clients.report()
     started = time.monotonic()
     playbook("deploy.yml", two_hosts(**same, vllm_omni_api_keys=[new]))

@@ -73,6 +73,10 @@ def excerpt(name: str, lines: list[str]) -> list[str]:
     kept, seen = [], set()
     for raw in lines:
         line = ANSI.sub("", raw)
+        if line.startswith("@@ "):  # one process's log begins (a scenario of several processes)
+            kept.append(f"## {line[3:]}")
+            seen.clear()
+            continue
         for pattern, once in STORY:
             found = pattern.search(line)
             if not found:
@@ -121,8 +125,12 @@ def main(argv: list[str]) -> int:
         with tarfile.open(source / "logs.tar.gz") as archive:
             for member in archive.getmembers():
                 name = member.name.removesuffix(".log").split(".tail")[0]
-                if member.isfile() and name in keys:
-                    logs[keys[name]] = archive.extractfile(member).read().decode(errors="replace").splitlines()
+                # A run call's scenario has one log (NAME) or one per process (NAME-PROCESS: span's head and
+                # headless stages), each under its own heading in the excerpt.
+                scenario = name if name in keys else next((k for k in keys if name.startswith(f"{k}-")), None)
+                if member.isfile() and scenario is not None:
+                    text = archive.extractfile(member).read().decode(errors="replace").splitlines()
+                    logs.setdefault(keys[scenario], []).extend(([f"@@ {name}"] if name != scenario else []) + text)
     (dest / "results.json").write_text(json.dumps(trim(results), indent=1) + "\n")
     text = [line for name in results if name in logs for line in excerpt(name, logs[name])]
     (dest / "log-excerpts.txt").write_text("\n".join(text) + "\n")

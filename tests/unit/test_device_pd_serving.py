@@ -172,6 +172,31 @@ def test_excerpt_trims_a_device_run_into_a_fixture(tmp_path):
     assert "noise" not in lines
 
 
+def test_excerpt_keeps_each_process_log_of_a_span_run_under_its_heading(tmp_path):
+    """A span call's logs are one per process (span-omni-span0, span-omni-span0-decode0): both are read, each under
+    its heading; a hand-off line is kept once per process."""
+    import tarfile
+
+    run = tmp_path / "files_at"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"machine": "H100", "span": {"scenario": "span"}}))
+    with tarfile.open(run / "logs.tar.gz", "w:gz") as archive:
+        for name, line in (("span-omni-span0", "(APIServer pid=9) ERROR EngineDeadError: errored=True"),
+                           ("span-omni-span0-decode0", "[OmniMasterServer] PD decode received KV transfer_id=x")):
+            log = tmp_path / f"{name}.tail.log"
+            log.write_text(f"{line}\nnoise\n{line}\n")
+            archive.add(log, arcname=log.name)
+    dest = tmp_path / "fixture"
+    done = subprocess.run([sys.executable, str(REPO / "tests/device/excerpt.py"), str(run), str(dest)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = (dest / "log-excerpts.txt").read_text().splitlines()
+    assert lines[0].startswith("===== span (")
+    assert [line for line in lines if line.startswith("## ")] == ["## span-omni-span0", "## span-omni-span0-decode0"]
+    assert sum("EngineDeadError" in line for line in lines) == 2  # every error line
+    assert sum("received KV" in line for line in lines) == 1 and "noise" not in lines
+
+
 def test_sandbox_emulation_accounts_for_every_directive_of_the_engine_unit(tmp_path):
     """tests/device/sandbox.py: each [Service] directive of the rendered engine unit is emulated or named as not."""
     sys.path.insert(0, str(REPO / "tests" / "device"))
@@ -543,6 +568,8 @@ def test_span_self_heal_brings_back_a_pipeline_whose_head_errs_for_good(tmp_path
     assert heal["interval_s"] == 1
     first = heal["restarts"][0]
     assert first["process"] == "head" and "HTTP 503" in first["why"], heal["restarts"]
+    # The head's restart stops it as its unit's ExecStop= does, watched: bounded, not the engine's 30 s join.
+    assert first["stop"]["all_exited_s"] < 10 and "listener_closed_s" in first["stop"], first
     assert [h for h in fault["health"] if h[1] == 503], fault["health"]  # the head erred before it was restarted
     assert first["at_s"] > next(h[0] for h in fault["health"] if h[1] == 503)
     assert fault["first_ok_s"] is not None and fault["first_ok_judged"]["ok"], fault

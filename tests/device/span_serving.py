@@ -522,12 +522,19 @@ class SelfHeal:
     def restart(self, unit: str, hung: bool) -> None:
         engine, entry = self.engines[unit]
         began = round(time.monotonic() - self.zero, 2)
-        self.units[entry["name"]].stop()
-        engine.start()
         watch = next(w for agent in self.agents for w in agent.watches if w.unit == unit)
+        stop = None
+        if watch.process == "head":
+            # The head's unit stops as its ExecStop= and KillSignal=SIGKILL say (SIGTERM to the unit's processes,
+            # SIGKILL once its HTTP server is done), not with the engine's own 30 s orchestrator join.
+            api = urllib.parse.urlsplit(engine.pipeline["url"]).port
+            stop = stop_watched(engine, api, self.units[entry["name"]].settings["TimeoutStopSec"], bounded=True)
+        else:
+            self.units[entry["name"]].stop()
+        engine.start()
         self.restarts.append({"unit": unit, "process": watch.process, "at_s": began,
                               "started_s": round(time.monotonic() - self.zero, 2), "hung": hung,
-                              "why": watch.state})
+                              "why": watch.state, **({"stop": stop} if stop else {})})
         serving.log(f"self-heal: restarted {unit} at +{began} s ({watch.state})")
         self.on_restart(entry, round(time.monotonic() - self.zero, 2))
 

@@ -36,38 +36,11 @@ tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh
 	scripts/bootstrap-tools.sh $(TOOLS)
 
-# Two chains side by side on CI's 2 cores: the checks that need no lab (lint, ansible-test, Galaxy's importer,
-# conformance with the real engines) run in the background while the lab, which spends much of its time waiting on
-# its machines, runs in the foreground; the checks' output follows at the end. Either failing fails.
-# The lab chain is the long one (tests/lab/lanes.py, lab_lanes below), so everything else goes beside it, at nice 10:
-# the checks have slack and take the CPU whenever the lab waits on its machines, instead of slowing the chain that
-# decides make test's time. Lint is one of the checks for that reason: a lint failure still fails make test, at
-# the end instead of the start.
-# (The recipe's shell runs with -e: each chain's exit status is caught, so a failing check still
-# reaches the summary line instead of ending the recipe at the status file it never wrote.)
-# On CI (CI set: a clean clone whose caches go with it) the checks chain then removes the engine venvs that
-# only conformance boots (8 GB each) and conformance's uv cache (5.5 GB; nothing else reads it): the lab's
-# real-engine tests need 0.26.0's beside two lab hosts' 17 GB each, and CI's disk ran out there once. A
-# developer's warm cache is left alone. Then it writes the file (LAB_AFTER) that the real-engine module waits for.
-# A third job, started first, fills the lab's cold caches (tests/lab/warm.py: the Debian 12, 13 and 11 rootfs,
-# every wheel set the lab fills, the real engine's 4 GB) beside the first modules, where the lab used to stop
-# for them module by module; a lab step that reaches one still being filled waits for it. Its failure fails nothing:
-# the lab then fills that cache itself (lane a; a lane without a route out fails the module that needs it).
+# make test: the lab chain, the checks chain (test-checks) beside it and the lab's cache filler beside both;
+# tests/make_test.sh runs them and tests/README.md says how and why.
 LAB_ENGINE_VERSIONS := 0.26.0
 test: tools
-	@warm_log=$$(mktemp); nice -n 10 python tests/lab/warm.py > "$$warm_log" 2>&1 & \
-	checks_log=$$(mktemp); \
-	( checks_rc=0; nice -n 10 $(MAKE) --no-print-directory -k test-checks > "$$checks_log" 2>&1 || checks_rc=$$?; \
-	  echo "$$checks_rc" > "$$checks_log.rc"; \
-	  if [ -n "$${CI:-}" ]; then rm -rf $(CACHE)/uv-cache; for engine in $(CACHE)/engines/*; do \
-	    case " $(LAB_ENGINE_VERSIONS) " in *" $${engine##*/} "*) ;; *) rm -rf "$$engine" "$(CACHE)/pycache$$engine";; esac; done; fi; \
-	  touch "$$checks_log.done" ) & \
-	lab_status=0; $(MAKE) --no-print-directory test-lab LAB_AFTER="$$checks_log.done" || lab_status=$$?; wait; \
-	echo "== the lab's caches (tests/lab/warm.py, ran beside the lab):"; cat "$$warm_log"; rm -f "$$warm_log"; \
-	echo "== lint, sanity, units, galaxy, conformance (ran beside the lab):"; cat "$$checks_log"; \
-	checks_status=$$(cat "$$checks_log.rc"); rm -f "$$checks_log" "$$checks_log.rc" "$$checks_log.done"; \
-	echo "== lab: exit $$lab_status; lint, sanity, units, galaxy, conformance: exit $$checks_status"; \
-	[ "$$lab_status" -eq 0 ] && [ "$$checks_status" -eq 0 ]
+	@MAKE="$(MAKE)" LAB_ENGINE_VERSIONS="$(LAB_ENGINE_VERSIONS)" tests/make_test.sh
 
 test-checks: lint sanity units galaxy conformance
 

@@ -303,8 +303,12 @@ def test_the_benchmarks_doc_states_the_recorded_lab_self_heal_numbers():
         assert run["load"]["failed"] == 0 and run["serves_again_s"] is not None
         assert (f"| {run['load']['sent']} | **0** | serving again after {run['serves_again_s']} s "
                 f"(load ran {run['load']['seconds']:.1f} s) |") in doc, name
-    kill = recorded["kill_9_headless"]
-    assert f"| {kill['load']['sent']:,} | {kill['load']['failed']} | serving again after {kill['serves_again_s']} s |" in doc
+    latching = json.loads((REPO / "tests" / "fixtures" / "lab-self-heal" / "latching-head.json").read_text())
+    kill = latching["kill_9_headless_latching_head"]
+    assert kill["head_errored_s"] is not None and kill["head_reason"].startswith("/health failed")
+    assert (f"it erred {kill['head_errored_s']} s after the kill" in doc and f"| {kill['load']['sent']:,} | "
+            f"{kill['load']['failed']} | serving again after {kill['serves_again_s']} s (load ran "
+            f"{kill['load']['seconds']:.1f} s) |") in doc
     assert "its head is down" in recorded["self_heal_hung_headless"]["decode_reason"]
     assert recorded["self_heal_hung_headless"]["head_reason"].startswith("/health failed")
 

@@ -60,6 +60,8 @@ def target(platform_id: str) -> dict:
         "glibc": str(row["glibc"]),
         "venv_package": row["venv_package"],
         "web_group": row["web_group"],
+        "unprivileged_group": row["unprivileged_group"],
+        "selinux": bool(row.get("selinux", False)),
         "uv_platform": row["uv_platform"],
         "pip_platforms": _pip_platforms(row["machine"], str(row["glibc"])),
         "implementation": "cp",

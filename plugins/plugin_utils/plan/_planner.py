@@ -39,6 +39,7 @@ from . import (
     _pipelines,
     _ports,
     _self_heal,
+    _selinux,
     _services,
     _validate,
 )
@@ -115,6 +116,7 @@ def _build_plan(inventory: dict, discovery_pending: bool = False) -> dict:
     problems.raise_if_any()
     _add_host_sections(plan, settings, ips, problems)
     plan["os_packages"] = _os_packages.os_packages(plan, settings, hostvars, problems)
+    plan["selinux"] = _selinux.selinux_plan(plan)  # what the confined services need on SELinux platforms
     problems.raise_if_any()
     plan["warnings"].extend(service_warnings + _deployment_warnings(plan, deployment)
                             + _no_effect.warnings(deployment, groups, ips, hostvars))
@@ -149,8 +151,7 @@ def _add_host_sections(plan: dict, settings: dict, ips: dict[str, str | None], p
     if not _ports.check_listen_ports(plan["listen_ports"], problems):
         problems.raise_if_any()
     plan["reserved_ports"] = {host: _ports.port_list(ranges) for host, ranges in plan["listen_ports"].items()}
-    plan["hardening"] = _hardening.unit_hardening(plan["backend"]["name"], plan["paths"]["engine_home"],
-                                                  plan["paths"]["hf_home"])
+    plan["hardening"] = _hardening.unit_hardening(plan["backend"]["name"], plan["paths"]["engine_home"], plan["paths"]["hf_home"])
     plan["firewall"] = _firewall.firewall_plan(settings, plan["listen_ports"], ips,
                                                {key: p["hosts"] for key, p in plan["distributed_pipelines"].items()})
     plan["footprint"] = _footprint.footprints(plan)

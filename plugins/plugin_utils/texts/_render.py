@@ -51,6 +51,9 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
                    "footprint": {host: convert(plan["footprint"][host])} if host in plan.get("footprint", {}) else {},
                    "reserved_ports": {host: convert(plan["reserved_ports"][host])}
                    if host in plan.get("reserved_ports", {}) else {}})
+    if host in plan.get("host_platforms", {}):  # the host's own platform (the artifact daemon's group of nobody)
+        platform = plan["host_platforms"][host]
+        sliced.update({"host_platforms": {host: platform}, "platforms": {platform: convert(plan["platforms"][platform])}})
     if "self_heal" in plan:  # the deployment's values and this host's watches (a monitoring host: every agent's)
         heal = plan["self_heal"]
         per_host = (heal["per_host"] if host in monitoring.get("per_host", {}) else

@@ -20,10 +20,11 @@ def _module_text(artifact: dict, children: list[str]) -> list[str]:
 
 
 def rsyncd_text(artifacts: list[dict], children: dict[str, list[str]], port: int, address: str | None,
-                log_file: str | None = None) -> str:
+                log_file: str | None = None, nobody_group: str = "nogroup") -> str:
     """An rsync daemon's configuration: read-only modules, each open to the addresses that pull it only.
 
-    A host's daemon runs as root in a transient unit, chrooted into each module as nobody. The
+    A host's daemon runs as root in a transient unit, chrooted into each module as nobody (and the platform's group
+    of nobody: nogroup on Debian and Ubuntu, nobody on RHEL, where rsync refuses a group that does not exist). The
     controller's runs as whoever runs Ansible, unchrooted (a model directory may hold symlinks into
     a Hugging Face cache, sent as files), and logs every transfer's bytes (the controller's egress)."""
     lines = [
@@ -33,7 +34,7 @@ def rsyncd_text(artifacts: list[dict], children: dict[str, list[str]], port: int
         f"port = {port}",
         *([f"address = {address}"] if address else []),
         *([f"log file = {log_file}", "use chroot = no", "transfer logging = yes", "log format = sent %b bytes of %m to %a"]
-          if log_file else ["use chroot = yes", "uid = nobody", "gid = nogroup"]),
+          if log_file else ["use chroot = yes", "uid = nobody", f"gid = {nobody_group}"]),
         "read only = yes",
         "list = no",
         "max connections = 8",
@@ -52,7 +53,8 @@ def host_rsyncd_text(plan: dict, host: str) -> str:
     section = plan["artifacts"]
     mine = [a for a in section["items"] if a["id"] in section["per_host"][host]["children"]]
     entry = section["per_host"][host]
-    return rsyncd_text(mine, entry["children"], section["port"], entry["address"])
+    group = plan["platforms"][plan["host_platforms"][host]]["unprivileged_group"]
+    return rsyncd_text(mine, entry["children"], section["port"], entry["address"], nobody_group=group)
 
 
 def controller_rsyncd_text(plan: dict, sources: dict[str, str], log_file: str) -> str:

@@ -229,9 +229,9 @@ def latching_head(plan: dict):
     router[router.index("--host") + 1] = "127.0.0.1"
     on("lab-2", f"mkdir -p {LATCH_DIR}")
     put("lab-2", f"{LATCH_DIR}/head_latch.py", (Path(__file__).parent / "head_latch.py").read_text())
-    put("lab-2", f"{LATCH_DIR}/latched-head", f"#!/bin/sh\n{first} &\n{shlex.join(router)} &\n"
-                                             f"exec /usr/bin/python3 {LATCH_DIR}/head_latch.py {ADDRESS['lab-2']} "
-                                             f"{head['ports']['api']}\n")
+    wrapper = (f"#!/bin/sh\n{first} &\n{shlex.join(router)} &\n"
+               f"exec /usr/bin/python3 {LATCH_DIR}/head_latch.py {ADDRESS['lab-2']} {head['ports']['api']}\n")
+    put("lab-2", f"{LATCH_DIR}/latched-head", wrapper)
     put("lab-2", LATCH_DROPIN, f"[Service]\nExecStart=\nExecStart={LATCH_DIR}/latched-head\n")
     on("lab-2", f"chmod 755 {LATCH_DIR} {LATCH_DIR}/latched-head && chmod 644 {LATCH_DIR}/head_latch.py && "
                 "systemctl daemon-reload && systemctl restart vllm-omni@omni-span0")

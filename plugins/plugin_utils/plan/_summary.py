@@ -130,6 +130,18 @@ def _unchecked_lines(plan: dict) -> list[str]:
             "vllm_omni_allow_busy_gpus)"]
 
 
+def _selinux_lines(plan: dict) -> list[str]:
+    """What deploy will make so in SELinux's policy, hosts with the same needs on one line (nothing without SELinux)."""
+    by_needs: dict[str, list[str]] = {}
+    for host, needs in plan.get("selinux", {}).get("per_host", {}).items():
+        said = "; ".join(
+            f"{component}: " + ", ".join([f"port {p['proto']}/{p['port']} {p['type']}" for p in need["ports"]]
+                                         + [f"{b['name']} {'on' if b['value'] else 'off'}" for b in need["booleans"]])
+            for component, need in needs.items())
+        by_needs.setdefault(said, []).append(host)
+    return [f"selinux (where enabled, set by deploy): {_names(hosts)}: {said}" for said, hosts in by_needs.items()]
+
+
 def summary_lines(plan: dict) -> list[str]:
     engine, backend = plan["engine"], plan["backend"]
     lines = [
@@ -159,6 +171,7 @@ def summary_lines(plan: dict) -> list[str]:
     lines += _sizing_lines(plan)
     lines += _unchecked_lines(plan)
     lines += _deployment_lines(plan, fleet=len(blocks) > GROUP_ABOVE)
+    lines += _selinux_lines(plan)
     lines += [f"WARNING: {warning}" for warning in warnings]
     return lines
 

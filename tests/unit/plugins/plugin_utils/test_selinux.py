@@ -11,6 +11,7 @@ from testlib import REPO
 from unitlib import inventory
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._planner import build_plan
+from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan._summary import summary_lines
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.texts._render import render_tree
 
 TEXT = {"vllm_omni_layout": "pd", "vllm_omni_audio_output": False, "vllm_omni_api_key": "k" * 32}
@@ -88,6 +89,17 @@ def test_the_roles_apply_the_component_the_planner_names_and_nothing_else():
         assert len(applying) == 1, role
         task = applying[0]
         own = f"vllm_omni_plan.selinux.per_host[inventory_hostname].{component}"
-        assert task["vllm_omni.serve.selinux_policy"] == {"ports": f"{{{{ {own}.ports }}}}",
-                                                           "booleans": f"{{{{ {own}.booleans }}}}"}
+        wanted = {"ports": f"{{{{ {own}.ports }}}}", "booleans": f"{{{{ {own}.booleans }}}}"}
+        assert task["vllm_omni.serve.selinux_policy"] == wanted
         assert task["when"] == f"'{component}' in vllm_omni_plan.selinux.per_host.get(inventory_hostname, {{}})"
+
+
+def test_the_summary_says_what_deploy_will_set_in_the_policy_and_nothing_without_selinux():
+    plan = fleet("rhel9")
+    lines = [line for line in summary_lines(plan) if line.startswith("selinux")]
+    assert "selinux (where enabled, set by deploy): edge-1: frontdoor: port tcp/8000 http_port_t, " \
+           "httpd_can_network_connect on" in lines
+    serving = sorted(h for h, entry in plan["artifacts"]["per_host"].items() if entry["serves"])
+    assert any(line.endswith(": artifacts: port tcp/8873 rsync_port_t, rsync_export_all_ro on")
+               and all(host in line for host in serving) for line in lines), lines
+    assert not [line for line in summary_lines(fleet("debian12")) if line.startswith("selinux")]

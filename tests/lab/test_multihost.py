@@ -222,7 +222,8 @@ def latching_head(plan: dict):
     """The spanning pipeline's head as the real 0.26 head behaves once it loses a stage (tests/lab/head_latch.py):
     a drop-in runs the stand-in's prefill and router as the plan says, the router on loopback, behind the latch on
     the head's address and API port. Removed again afterwards (the head restarted as the plan has it)."""
-    head = next(p for p in plan["hosts"]["lab-2"]["pipelines"] if p["name"] == "omni-span0")
+    head = next((p for p in plan["hosts"]["lab-2"]["pipelines"] if p["name"] == "omni-span0"), None)
+    assert head is not None, "the plan has no spanning head on lab-2"
     argv = head["argv"]  # /bin/sh -c '<prefill stand-in> & exec "$@"' sh <vllm-router ...>
     first = argv[2].split(" & exec")[0]
     router = list(argv[4:])

@@ -68,8 +68,8 @@ class Host:
 @pytest.fixture
 def host(monkeypatch):
     stand_in = Host()
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_ for _ in ()).throw(Exit("exit", kw)))
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_ for _ in ()).throw(Exit("fail", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", lambda self, **kw: (_never for _never in ()).throw(Exit("exit", kw)))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: (_never for _never in ()).throw(Exit("fail", kw)))
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, *a, **kw: stand_in.get_bin_path(*a, **kw))
     monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: stand_in.run_command(argv, **kw))
     return stand_in

@@ -6,7 +6,7 @@ collection's own tables.
 
 Sources: the settings table (data/settings.yml, loaded by plugins/plugin_utils/plan/_settings.py), the per-stage tunables
 (_stages.py), the support table (data/support.yml), the host platforms (data/platforms.yml) and their
-locks (data/locks/), and the conformance results
+locks (data/locks/), the model weights (data/models.yml), and the conformance results
 (docs/conformance/<version>.json, written by `make conformance`), each role's meta/argument_specs.yml.
 """
 
@@ -206,6 +206,18 @@ def packages_md() -> str:
     return "\n".join(lines)
 
 
+def weights_md(model: str = "Qwen/Qwen3-Omni-30B-A3B-Instruct") -> str:
+    """docs/choosing-a-layout.md's table of the default model's weights per model stage (data/models.yml)."""
+    weights = _engine_data.model_weights(model)
+    parameters = _engine_data.model_parameters(model)
+    roles = {"thinker": "thinker (prefill, decode, aggregated's thinker)"}
+    lines = ["| Model stage | Parameters | bf16 weights | per GPU at TP 2 |", "| --- | ---: | ---: | ---: |"]
+    for stage, size in weights.items():
+        lines.append(f"| {roles.get(stage, stage)} | {parameters[stage] / 1e9:.1f} billion | {size / 2**30:.1f} GiB | "
+                     f"{size / 2 / 2**30:.1f} GiB |")
+    return "\n".join(lines)
+
+
 # Where each part of data/platforms.yml's packages is installed (docs/platforms.md).
 PACKAGE_PARTS = {
     "artifacts": "artifacts (hosts that build venvs: rsync for the fan-out)",
@@ -278,6 +290,8 @@ def main() -> int:
     platforms = REPO / "docs" / "platforms.md"
     outputs[platforms] = replace_block(replace_block(platforms.read_text(), "platforms", platforms_md(), "docs/platforms.md"),
                                        "packages", packages_md(), "docs/platforms.md")
+    layouts = REPO / "docs" / "choosing-a-layout.md"
+    outputs[layouts] = replace_block(layouts.read_text(), "weights", weights_md(), "docs/choosing-a-layout.md")
     for role in sorted((REPO / "roles").iterdir()):
         role_readme = role / "README.md"
         if not role_readme.is_file():

@@ -156,3 +156,21 @@ def versions_with_schema(schema: str) -> list[str]:
 def companions() -> dict[str, Any]:
     """Pinned companion packages (simulator, router, Mooncake and NIXL variants)."""
     return _load_yaml(DATA_DIR / "support.yml")["companions"]
+
+
+@functools.cache
+def model_parameters(model: str) -> dict[str, int] | None:
+    """Parameters of each model stage (thinker, talker, code2wav) of ``model`` (data/models.yml), or None for a model
+    not listed there."""
+    entry = _load_yaml(DATA_DIR / "models.yml")["models"].get(model)
+    return None if entry is None else dict(entry["parameters"])
+
+
+@functools.cache
+def model_weights(model: str) -> dict[str, int] | None:
+    """Bytes of each model stage's weights of ``model`` as published (data/models.yml), or None for a model not
+    listed there."""
+    entry = _load_yaml(DATA_DIR / "models.yml")["models"].get(model)
+    if entry is None:
+        return None
+    return {stage: count * entry["bytes_per_parameter"] for stage, count in entry["parameters"].items()}

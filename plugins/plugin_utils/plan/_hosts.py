@@ -285,6 +285,9 @@ def host_section(host: str, ip: str, host_plan: HostPlan | None, pipelines: list
     warnings = []
     if host_plan.facts:
         section["cuda_version"] = host_plan.facts.get("cuda_version")
+        # The smallest of the host's planned GPUs, for the summary's sizing (weights against each stage's share).
+        memory = [g.get("memory_total_mib") for g in host_plan.facts.get("gpus", []) if g.get("index") in gpus]
+        section["gpu_memory_mib"] = min((m for m in memory if isinstance(m, int)), default=None)
         section["skipped_gpus"] = {str(g): why for g, why in host_plan.skipped.items()}
         for gpu, why in host_plan.skipped.items():
             warnings.append(f"host {host}: GPU {gpu} skipped, busy: {why}")

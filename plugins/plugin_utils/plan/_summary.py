@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 
+from ..host._engine_data import model_weights
 from ._checkers import show
 from ._stage_config import stage_engine_args
+from ._stages import MODEL_STAGE
+
+GIB, MIB = 2 ** 30, 2 ** 20
 
 
 def _stage_cell(stages: list[dict]) -> str:
@@ -117,6 +121,41 @@ def _sizing_lines(plan: dict) -> list[str]:
     return lines
 
 
+def _stage_memory(stage: dict, weights: dict[str, int], share: float | None, memory_mib: int | None) -> str:
+    """One stage's weights per GPU, against its share of the GPU where the GPU's memory is known."""
+    per_gpu = weights[MODEL_STAGE[stage["role"]]] / stage["tensor_parallel_size"]
+    text = f"{stage['role']} {per_gpu / GIB:.1f} GiB"
+    if share is None:
+        return text + " (its share: the engine's default)"
+    if memory_mib is None:
+        return text + f" in a {share:g} share of the GPU"
+    room = share * memory_mib * MIB - per_gpu
+    return text + (f" in {share:g} x {memory_mib / 1024:.1f} GiB: {room / GIB:.1f} GiB left for KV cache" if room > 0 else
+                   f" DOES NOT FIT its {share:g} share of {memory_mib / 1024:.1f} GiB: raise vllm_omni_tensor_parallel_size, "
+                   "or use GPUs with more memory")
+
+
+def _weight_lines(plan: dict) -> list[str]:
+    """Each pipeline process's stages: weights per GPU (data/models.yml) against their shares of the host's GPUs;
+    processes that say the same counted once."""
+    weights = model_weights(plan["model"])
+    if weights is None:
+        return [f"sizing: weights per GPU not known for {plan['model']} (data/models.yml lists the models sized)"]
+    said: dict[str, int] = {}
+    for host_plan in plan["hosts"].values():
+        memory = host_plan.get("gpu_memory_mib")
+        for pipeline in host_plan["pipelines"]:
+            shares = {sid: args.get("gpu_memory_utilization")
+                      for sid, args in stage_engine_args(pipeline["stage_config"]).items()}
+            own = [s for s in pipeline["stages"] if pipeline.get("process", "single") == "single"
+                   or s["id"] == pipeline["stage_id"]]
+            line = "; ".join(_stage_memory(stage, weights, shares.get(stage["id"]), memory) for stage in own)
+            said[line] = said.get(line, 0) + 1
+    unknown = any(h.get("gpu_memory_mib") is None for h in plan["hosts"].values())
+    return [f"sizing: weights per GPU ({count} process{'es' * (count > 1)}): {line}" for line, count in said.items()] + \
+        (["sizing: GPU memory is read by discovery: deploy says what is left for the KV cache"] if unknown and said else [])
+
+
 def _unchecked_lines(plan: dict) -> list[str]:
     """What the plan took on trust because no host was asked (render, or a deploy before discovery): said, so that a
     render that passed is not read as the GPUs having been checked."""
@@ -168,7 +207,7 @@ def summary_lines(plan: dict) -> list[str]:
             rest = sum(len(hosts) for hosts, _block in shapes[GROUP_ABOVE:])
             lines.append(f"... {rest} more hosts in {len(shapes) - GROUP_ABOVE} more shapes (plan.json has every host)")
         warnings = _grouped_warnings(warnings, set(blocks))
-    lines += _sizing_lines(plan)
+    lines += _sizing_lines(plan) + _weight_lines(plan)
     lines += _unchecked_lines(plan)
     lines += _deployment_lines(plan, fleet=len(blocks) > GROUP_ABOVE)
     lines += _selinux_lines(plan)

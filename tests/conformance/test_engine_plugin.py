@@ -6,7 +6,7 @@ tokens where 32 were asked, on an H200).
 the engine's chat server, its prefill preparation and its orchestrator's decode parameters, with the fix and
 without it (the engine's original function), and reads the PD markers each stage object shows (on 0.30 the plugin's
 registered PD pipeline puts them there). That nothing is armed under a version pair a fix was not proven on is a
-unit test (tests/unit/test_engine_plugin_guard.py): every supported version carries the plugin.
+unit test (tests/unit/roles/test_engine_plugin_guard.py): every supported version carries the plugin.
 """
 
 from __future__ import annotations

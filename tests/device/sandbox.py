@@ -52,7 +52,7 @@ KERNEL_FS = ("/proc", "/sys", "/dev")
 
 # Directives of the unit's [Service] section this script carries out, and those that are no sandbox
 # (systemd's process management); everything else must be in NOT_EMULATED, and an unknown one is
-# reported as such (tests/unit/test_device_pd_serving.py holds the rendered unit to this).
+# reported as such (tests/unit/harness/test_device_pd_serving.py holds the rendered unit to this).
 EMULATED = frozenset({
     "User", "Group", "WorkingDirectory", "LimitMEMLOCK", "LimitNOFILE", "CapabilityBoundingSet",
     "AmbientCapabilities", "NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "PrivateTmp", "ProtectHome",

@@ -5,7 +5,7 @@
 
 Every engine pipeline, router and Mooncake master of the plan becomes a file_sd target whose labels
 say what it is (host, pipeline, GPUs, backend), so dashboards group by them. The alert rules query
-only the metric names of data/metrics.yml (tests/unit/test_metrics.py holds them to it). Serialisation only.
+only the metric names of data/metrics.yml (tests/unit/policy/test_metrics.py holds them to it). Serialisation only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..texts._prometheus import client_ttft, text_stage
 
 # The engines' last minutes, per pipeline, from the deployment's Prometheus (the names of data/metrics.yml, held
-# to it by tests/unit/test_metrics.py), along the path a client's text takes: TTFT as VllmOmniTTFTOverObjective
+# to it by tests/unit/policy/test_metrics.py), along the path a client's text takes: TTFT as VllmOmniTTFTOverObjective
 # counts it (_prometheus.client_ttft), ITL and tokens of the stage that writes the text.
 WINDOW = "5m"
 _ENGINE = 'job="vllm-omni-engine"'

@@ -5,7 +5,7 @@
 """Prometheus' texts from the plan: the file_sd target files, the scrape configuration and the alert rules,
 and the front door's certificate metric.
 
-The alert rules query only the metric names of data/metrics.yml (tests/unit/test_metrics.py holds them to it).
+The alert rules query only the metric names of data/metrics.yml (tests/unit/policy/test_metrics.py holds them to it).
 Serialisation only.
 """
 

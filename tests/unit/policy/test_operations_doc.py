@@ -13,7 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "operations.md"
 CORPUS = [*sorted((REPO / "tests" / "lab").glob("*.py")), REPO / "tests" / "lab" / "demo.sh",
           *sorted((REPO / "molecule").glob("*/*.yml"))]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "artifacts" / "files" / "artifact.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "artifacts" / "files" / "artifact.py"
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync (make tools installs it)")
 
 

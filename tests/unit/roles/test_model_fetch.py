@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/artifacts/files/model_fetch.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles/artifacts/files/model_fetch.py"
 REPO_ID = "org/omni-model"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "secret-token-value"  # noqa: S105 (a fake token: the tests check it is never printed)

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "artifacts" / "files" / "wheelhouse.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "artifacts" / "files" / "wheelhouse.py"
 
 
 def load():

@@ -22,6 +22,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LATCHED_LINE = "head_latch: latched: a stage was lost; /health 503 and HTTP 500 from now on (EngineDeadError)"
+# What the errored engine answers (vLLM-Omni's own text), to /health (503) and to everything else (500).
+DEAD = json.dumps({"error": {"message": "EngineDeadError: the engine is dead", "type": "InternalServerError"}}).encode()
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-authorization",
               "proxy-authenticate"}
 
@@ -50,8 +52,7 @@ def make_handler(upstream_port: int):
             body = self.rfile.read(length) if length else None
             if State.latched:
                 status = 503 if self.path == "/health" else 500
-                self._answer(status, json.dumps({"error": {"message": "EngineDeadError: the engine is dead",
-                                                           "type": "InternalServerError"}}).encode())
+                self._answer(status, DEAD)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
             try:
@@ -71,8 +72,7 @@ def make_handler(upstream_port: int):
                         State.latched = True
                         print(LATCHED_LINE, file=sys.stderr, flush=True)
             if State.latched:  # this request is the first the dead engine fails
-                self._answer(500, json.dumps({"error": {"message": "EngineDeadError: the engine is dead",
-                                                        "type": "InternalServerError"}}).encode())
+                self._answer(500, DEAD)
                 return
             self._answer(status, payload, content_type)
 

@@ -170,7 +170,8 @@ def model_parameters(model: str) -> dict[str, int] | None:
 def model_weights(model: str) -> dict[str, int] | None:
     """Bytes of each model stage's weights of ``model`` as published (data/models.yml), or None for a model not
     listed there."""
-    entry = _load_yaml(DATA_DIR / "models.yml")["models"].get(model)
-    if entry is None:
+    parameters = model_parameters(model)
+    if parameters is None:
         return None
-    return {stage: count * entry["bytes_per_parameter"] for stage, count in entry["parameters"].items()}
+    size = _load_yaml(DATA_DIR / "models.yml")["models"][model]["bytes_per_parameter"]
+    return {stage: count * size for stage, count in parameters.items()}

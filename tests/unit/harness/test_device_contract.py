@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from test_device_pd_serving import stand_in_device
+from devicelib import stand_in_device
 from testlib import REPO
 
 SCRIPT = REPO / "tests" / "device" / "contract.py"

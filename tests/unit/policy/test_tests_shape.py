@@ -11,7 +11,10 @@ import ast
 from unitlib import REPO
 
 UNIT = REPO / "tests" / "unit"
-LIBRARIES = [UNIT / "unitlib.py", UNIT / "conftest.py", REPO / "tests" / "testlib.py"]
+LIBRARIES = [UNIT / "unitlib.py", UNIT / "devicelib.py", UNIT / "conftest.py", REPO / "tests" / "testlib.py"]
+# The directories tests/unit/conftest.py puts on the path: ansible-test units imports test modules as packages of
+# the collection, so a module beside a test in any other directory is not importable there (plain pytest finds it).
+ON_PATH = (UNIT, REPO / "tests")
 FAILS = ("pytest.raises", "pytest.fail", "pytest.skip", "pytest.xfail")
 
 
@@ -67,3 +70,28 @@ def test_every_unit_test_checks_something():
     assert len(files) > 40
     found = [f"{path.relative_to(REPO).as_posix()}::{name}" for path in files for name in unchecked_tests(path)]
     assert found == [], "these tests assert nothing (directly or through a helper): " + ", ".join(found)
+
+
+def imports_of_neighbours(path) -> list[str]:
+    """Top-level names ``path`` imports that only its own directory provides (not tests/unit/ or tests/)."""
+    tree = ast.parse(path.read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    if path.parent in ON_PATH:
+        return []
+    return sorted(name for name in names if (path.parent / f"{name}.py").exists())
+
+
+def test_the_scan_finds_an_import_of_a_neighbour(tmp_path):
+    (tmp_path / "test_one.py").write_text("def helper():\n    return 1\n")
+    (tmp_path / "test_two.py").write_text("import json\nfrom test_one import helper\n")
+    assert imports_of_neighbours(tmp_path / "test_two.py") == ["test_one"]
+    assert imports_of_neighbours(tmp_path / "test_one.py") == []
+
+
+def test_unit_tests_import_helpers_from_the_directories_on_the_path():
+    found = {path.relative_to(REPO).as_posix(): imports_of_neighbours(path) for path in sorted(UNIT.rglob("*.py"))}
+    found = {path: names for path, names in found.items() if names}
+    assert found == {}, ("ansible-test units cannot import these (a test's own directory is not on its path): "
+                         f"{found}; move what they share into tests/unit/ (devicelib.py, unitlib.py)")

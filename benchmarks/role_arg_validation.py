@@ -1,4 +1,4 @@
-"""What Ansible's role argument validation costs when a role declares the whole plan (`vllm_omni_plan: dict`).
+"""What Ansible's role argument validation costs when a role declares the whole plan, and when it gets its part.
 
     python benchmarks/role_arg_validation.py [--hosts 64,256,1024] [--out FILE]
 
@@ -8,7 +8,8 @@ For each fleet size (the planner benchmark's hosts x 8 GPUs, pd, 0.26.0) this pl
 `ansible-playbook` on localhost twice: a play that sets the plan as the host's own variable (deploy's plan task
 registers it for every host) and one that starts a role once with `vllm_omni_plan: "{{ plan_result }}"` (as
 playbooks/vars/plan.yml reads it), the role declaring the plan or not. The difference is one role start's validation.
-Prints one JSON document.
+Then the same role start as the collection's roles make it (playbooks/vars/plan.yml): the engine role's declared sections (its
+meta/argument_specs.yml), its part of the plan for the first engine host (filter role_plan). Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -25,16 +26,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / ".collection"))
 
 import plan_render  # the planner benchmark's fleet
+import yaml
 
+from ansible_collections.vllm_omni.serve.plugins.filter import role_plan
+
+ENGINE_SPEC = yaml.safe_load((REPO / "roles" / "engine" / "meta" / "argument_specs.yml").read_text())
 SPEC = {"with_plan": {"vllm_omni_plan": {"type": "dict", "required": True, "description": "The plan."}},
-        "without_plan": {}}
+        "without_plan": {},
+        "engine_part": {"vllm_omni_plan": ENGINE_SPEC["argument_specs"]["main"]["options"]["vllm_omni_plan"]}}
 
 
 def write_roles(root: Path) -> None:
     # Ansible's defaults, the two roles on the roles path, no warning about an implicit localhost.
-    (root / "ansible.cfg").write_text("[defaults]\nroles_path = roles\nlocalhost_warning = false\n")
+    # The collection from this checkout (.collection, made by make), for the filter role_plan.
+    (root / "ansible.cfg").write_text("[defaults]\nroles_path = roles\nlocalhost_warning = false\n"
+                                      f"collections_path = {REPO / '.collection'}\n")
     for name, options in SPEC.items():
         (root / "roles" / name / "meta").mkdir(parents=True)
         (root / "roles" / name / "tasks").mkdir(parents=True)
@@ -44,13 +53,15 @@ def write_roles(root: Path) -> None:
             json.dumps([{"ansible.builtin.debug": {"msg": "{{ vllm_omni_plan.schema }}"}}]))
 
 
-def playbook(root: Path, role: str, plan_file: Path) -> Path:
+def playbook(root: Path, role: str, plan_file: Path, engine_host: str) -> Path:
     path = root / f"{role}-{plan_file.stem}.yml"
+    given = (f"{{{{ plan_result | vllm_omni.serve.role_plan('vllm_omni.serve.engine', '{engine_host}') }}}}"
+             if role == "engine_part" else "{{ plan_result }}")
     path.write_text(json.dumps([
         {"hosts": "localhost", "gather_facts": False, "tasks": [
             {"ansible.builtin.set_fact": {
                 "plan_result": f"{{{{ lookup('ansible.builtin.file', '{plan_file}') | from_json }}}}"}}]},
-        {"hosts": "localhost", "gather_facts": False, "vars": {"vllm_omni_plan": "{{ plan_result }}"},
+        {"hosts": "localhost", "gather_facts": False, "vars": {"vllm_omni_plan": given},
          "tasks": [{"ansible.builtin.include_role": {"name": role}}]},
     ]))
     return path
@@ -79,11 +90,15 @@ def main() -> int:
         write_roles(root)
         for hosts in (int(h) for h in args.hosts.split(",")):
             plan_file = root / f"plan-{hosts}.json"
-            plan_file.write_text(json.dumps(plan_render.build_plan(plan_render.inventory(hosts, "pd", "0.26.0"))))
-            row = {"hosts": hosts, "plan_bytes": plan_file.stat().st_size}
+            plan = plan_render.build_plan(plan_render.inventory(hosts, "pd", "0.26.0"))
+            plan_file.write_text(json.dumps(plan))
+            engine_host = sorted(plan["hosts"])[0]
+            part = role_plan.role_plan(plan, "vllm_omni.serve.engine", engine_host)
+            row = {"hosts": hosts, "plan_bytes": plan_file.stat().st_size, "engine_part_bytes": len(json.dumps(part))}
             for role in SPEC:
-                row[role] = timed(playbook(root, role, plan_file), root)
+                row[role] = timed(playbook(root, role, plan_file, engine_host), root)
             row["validation_cpu_s"] = round(row["with_plan"]["cpu_s"] - row["without_plan"]["cpu_s"], 2)
+            row["part_validation_cpu_s"] = round(row["engine_part"]["cpu_s"] - row["without_plan"]["cpu_s"], 2)
             results.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     document = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}

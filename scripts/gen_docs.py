@@ -249,6 +249,18 @@ def role_variables_md(role: Path) -> str:
     return "\n".join(lines)
 
 
+def plan_readers() -> dict[str, list[str]]:
+    """Plan section -> the roles whose argument_specs declare it (the options of vllm_omni_plan)."""
+    readers: dict[str, list[str]] = {}
+    for path in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        entries = yaml.safe_load(path.read_text())["argument_specs"].values()
+        declared = {name for entry in entries
+                    for name in (((entry.get("options") or {}).get("vllm_omni_plan") or {}).get("options") or {})}
+        for name in sorted(declared):
+            readers.setdefault(name, []).append(path.parent.parent.name)
+    return readers
+
+
 def plan_md() -> str:
     """docs/plan.md, whole: the plan's declared interface (data/plan_schema.yml)."""
     schema = yaml.safe_load((REPO / "data" / "plan_schema.yml").read_text())
@@ -260,11 +272,16 @@ def plan_md() -> str:
              "`schema`). A declared key keeps its name and type within a version; a key marked optional is left out of",
              "some plans (a service that is off). Keys below the second level are described by the code that makes them",
              "(`plugins/plugin_utils/plan/`).", "",
-             "| Section | Type | What it holds |", "| --- | --- | --- |"]
+             "A role reads the sections its `meta/argument_specs.yml` declares (the options of `vllm_omni_plan`), and only",
+             "those: `playbooks/vars/plan.yml` gives it its part of the plan (filter `role_plan`), each section kept per",
+             "host holding the host's own entry. Read by lists them.", "",
+             "| Section | Type | Read by (roles) | What it holds |", "| --- | --- | --- | --- |"]
+    readers = plan_readers()
     for name, spec in schema["sections"].items():
         kind = (f"map of {spec['map_of']} to {spec['values']}" if "map_of" in spec
                 else "record" if "keys" in spec else spec["type"])
-        lines.append(f"| `{name}` | {kind} | {' '.join(spec['description'].split())} |")
+        read_by = ", ".join(readers.get(name, [])) or "playbooks only"
+        lines.append(f"| `{name}` | {kind} | {read_by} | {' '.join(spec['description'].split())} |")
     for name, spec in schema["sections"].items():
         if "keys" in spec:
             lines += ["", f"## `{name}`", "", "| Key | Type |", "| --- | --- |"]

@@ -245,7 +245,10 @@ def role_variables_md(role: Path) -> str:
             default = "required" if option.get("required") else (
                 f"`{_cell(option['default'])}`" if "default" in option else "")
             kind = option.get("type", "str") + (f" of {option['elements']}" if option.get("elements") else "")
-            lines.append(f"| `{name}` | {kind} | {default} | {_cell(option.get('description', ''))} |")
+            described = _cell(option.get("description", ""))
+            if option.get("options"):  # the plan's sections the role declares
+                described += " Sections: " + ", ".join(f"`{section}`" for section in option["options"]) + "."
+            lines.append(f"| `{name}` | {kind} | {default} | {described} |")
     return "\n".join(lines)
 
 

@@ -89,34 +89,64 @@ def test_a_role_reads_only_the_sections_it_declares(role):
     assert read <= set(DECLARED[role]), f"roles/{role} reads {sorted(read - set(DECLARED[role]))} without declaring them"
 
 
-def _included_with_vars(tasks) -> list[tuple[str, dict]]:
-    """(role, vars) of every include_role/import_role among ``tasks`` (blocks followed)."""
+INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
+TASK_FILES = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks")
+
+
+DYNAMIC = ("ansible.builtin.include_role", "ansible.builtin.include_tasks")
+
+
+def _own_templates(task: dict) -> list:
+    """What a task or block hands the tasks below it: its variables, and its conditions unless it is a dynamic
+    include (Ansible extends the `when` of a block's or an import's tasks with it; an include's is its own)."""
+    dynamic = any(key in task for key in DYNAMIC)
+    return [task.get("vars") or {}, [] if dynamic else task.get("when") or []]
+
+
+def _handed_to_roles(tasks, directory, inherited: list) -> list[tuple[str, list]]:
+    """(role, templates) for every include_role/import_role among ``tasks``: the templates its tasks inherit from
+    the include and every block and imported or included task file above it (followed within ``directory``)."""
     found = []
     for task in tasks or []:
         if not isinstance(task, dict):
             continue
+        here = inherited + _own_templates(task)
         for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks"):
-            found += _included_with_vars(task.get(key))
-        included = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
-        if included and task.get("vars"):
-            found.append((str(included["name"]).removeprefix("vllm_omni.serve."), task["vars"]))
+            found += _handed_to_roles(task.get(key), directory, here)
+        included = next((task[key] for key in INCLUDES if key in task), None)
+        if included:
+            found.append((str(included["name"]).removeprefix("vllm_omni.serve."), [*here, included.get("apply") or {}]))
+        task_file = next((task[key] for key in TASK_FILES if key in task), None)
+        if isinstance(task_file, str) and "{{" not in task_file and (directory / task_file).is_file():
+            found += _handed_to_roles(yaml.safe_load((directory / task_file).read_text()), directory, here)
     return found
 
 
+def test_the_scan_follows_blocks_and_imported_task_files(tmp_path):
+    (tmp_path / "inner.yml").write_text(yaml.safe_dump([{"ansible.builtin.include_role": {"name": "vllm_omni.serve.x"},
+                                                          "vars": {"a": "{{ vllm_omni_plan.hosts }}"}}]))
+    outer = [{"block": [{"ansible.builtin.import_tasks": "inner.yml", "when": "vllm_omni_plan.os_packages"}],
+              "vars": {"b": "{{ vllm_omni_plan.router }}"}}]
+    [(role, templates)] = _handed_to_roles(outer, tmp_path, [])
+    read = {name for match in READ.finditer(json.dumps(templates)) for name in match.groups() if name}
+    assert role == "x" and read == {"hosts", "os_packages", "router"}
+
+
 def test_what_a_caller_hands_a_role_reads_only_the_sections_that_role_declares():
-    # Ansible templates the variables an include hands a role when the role's tasks use them, where
-    # vllm_omni_plan is that role's part: a caller's template over the plan is read against the callee's sections.
+    # Ansible templates what the tasks of an included role inherit (the include's variables and conditions, and
+    # those of every block and imported task file above it) when those tasks run, where vllm_omni_plan is the
+    # included role's part: a caller's template over the plan is read against the callee's sections.
     handed = 0
-    files = [*(REPO / "roles").glob("*/tasks/*.yml"), *(REPO / "playbooks").glob("*.yml")]
-    for path in sorted(files):
-        for role, variables in _included_with_vars(yaml.safe_load(path.read_text())):
+    entry_files = [*(REPO / "roles").glob("*/tasks/*.yml"), *(REPO / "playbooks").glob("*.yml")]
+    for path in sorted(entry_files):
+        for role, templates in _handed_to_roles(yaml.safe_load(path.read_text()), path.parent, []):
             if role not in DECLARED or not DECLARED[role]:
                 continue  # not ours, or it declares no section: it is handed the whole plan
-            read = {name for match in READ.finditer(json.dumps(variables)) for name in match.groups() if name}
+            read = {name for match in READ.finditer(json.dumps(templates)) for name in match.groups() if name}
             assert read <= set(DECLARED[role]), (f"{path.relative_to(REPO)} hands roles/{role} a template over "
                                                  f"{sorted(read - set(DECLARED[role]))}: hand it a value (set_fact)")
             handed += 1
-    assert handed > 10
+    assert handed > 20
 
 
 @pytest.mark.parametrize("role", ROLES)

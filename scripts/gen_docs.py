@@ -275,9 +275,9 @@ def plan_md() -> str:
              "`schema`). A declared key keeps its name and type within a version; a key marked optional is left out of",
              "some plans (a service that is off). Keys below the second level are described by the code that makes them",
              "(`plugins/plugin_utils/plan/`).", "",
-             "A role reads the sections its `meta/argument_specs.yml` declares (the options of `vllm_omni_plan`), and only",
-             "those: `playbooks/vars/plan.yml` gives it its part of the plan (filter `role_plan`), each section kept per",
-             "host holding the host's own entry. Read by lists them.", "",
+             "A role reads the sections its argument specs declare (`roles/<role>/meta/argument_specs.yml`, the options",
+             "of `vllm_omni_plan`), and only those: `playbooks/vars/plan.yml` gives it its part of the plan (filter",
+             "`role_plan`), each section kept per host holding the host's own entry. Read by lists them.", "",
              "| Section | Type | Read by (roles) | What it holds |", "| --- | --- | --- | --- |"]
     readers = plan_readers()
     for name, spec in schema["sections"].items():

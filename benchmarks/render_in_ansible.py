@@ -1,13 +1,14 @@
 """render.yml end to end as the fleet grows: ansible-playbook's wall and CPU time, per inventory size.
 
-    python benchmarks/render_in_ansible.py [--sizes 1000,4000] [--out FILE]
+    python benchmarks/render_in_ansible.py [--sizes 1000,4000] [--runs 3] [--out FILE]
 
 make bench times the planner alone (build_plan and render_tree in one process). This times what a user waits for:
 `ansible-playbook playbooks/render.yml` over an inventory of N hosts x 8 GPUs (pd, 0.26.0; the planner benchmark's
 fleet, written as one YAML inventory), from Ansible's start to its exit: inventory parsing, the plan task (which
 plans, checks the controller's files and writes the render in one call), the summary. Each size runs twice: into an
-empty directory, then again into the same one (nothing to change). Wall time and the CPU time of ansible-playbook and
-its workers; JSON on stdout and, with --out, in FILE. Compare sizes within one run (this machine is noisy).
+empty directory, then again into the same one (nothing to change), --runs times (3): the first write of tens of
+thousands of files is what varies most here, with the disk's state. Wall time and the CPU time of ansible-playbook
+and its workers, and each size's medians; JSON on stdout and, with --out, in FILE. Compare sizes within one run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import os
 import re
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,15 +57,23 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000,4000", help="inventory sizes (hosts x 8 GPUs)")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each size (first and again); medians compared")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(text) for text in args.sizes.split(",")):
-            source, dest = inventory_file(size, Path(directory)), Path(directory) / f"render-{size}"
-            results.append({"hosts": size, "first": timed_render(source, dest), "again": timed_render(source, dest)})
+            source = inventory_file(size, Path(directory))
+            runs = []
+            for run in range(args.runs):
+                dest = Path(directory) / f"render-{size}-{run}"
+                runs.append({"first": timed_render(source, dest), "again": timed_render(source, dest)})
+                shutil.rmtree(dest)  # the next run's first write goes to an empty directory again
+            results.append({"hosts": size, "runs": runs,
+                            "first_median_s": statistics.median(r["first"]["wall_s"] for r in runs),
+                            "again_median_s": statistics.median(r["again"]["wall_s"] for r in runs)})
     smallest = results[0]
     for entry in results:
-        entry["wall_ratio_to_smallest"] = round(entry["first"]["wall_s"] / smallest["first"]["wall_s"], 2)
+        entry["wall_ratio_to_smallest"] = round(entry["first_median_s"] / smallest["first_median_s"], 2)
     document = {"benchmark": "render.yml end to end", "when": time.strftime("%Y-%m-%d %H:%M"),
                 "cores": os.cpu_count(), "results": results}
     text = json.dumps(document, indent=1) + "\n"

@@ -1,6 +1,6 @@
 """What the plan costs inside Ansible as the fleet grows: the plan task, and a task per host that reads it.
 
-    python benchmarks/plan_in_ansible.py [--sizes 16,256,1024] [--hosts 8]
+    python benchmarks/plan_in_ansible.py [--sizes 16,256,1024] [--hosts 8] [--out FILE]
 
 make bench times the planner alone (build_plan, 0.7 s for 1,024 hosts x 8 GPUs). A deploy also pays Ansible's
 handling of the plan: deployment_plan's result becomes a fact on localhost, and every play reads it through
@@ -23,6 +23,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -70,9 +71,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="16,256,1024", help="inventory sizes (hosts x 8 GPUs)")
     parser.add_argument("--hosts", type=int, default=8, help="hosts the per-host tasks run on (and forks)")
+    parser.add_argument("--out", type=Path, help="also write the results here (JSON, with the time of the run)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         results = [run(int(size), args.hosts, Path(directory)) for size in args.sizes.split(",")]
+    if args.out:
+        args.out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"), "results": results}, indent=1) + "\n")
     print(json.dumps(results, indent=1))
     return 0
 

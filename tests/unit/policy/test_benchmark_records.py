@@ -35,3 +35,15 @@ def test_the_role_validation_table_is_the_record():
         # What the part is for: at a thousand hosts its validation is a small fraction of the whole plan's.
         if row["hosts"] >= 1000:
             assert row["part_validation_cpu_s"] < row["validation_cpu_s"] / 5
+
+
+def test_the_plan_inside_ansible_table_is_the_record():
+    record = json.loads((REPO / "record" / "plan-in-ansible.json").read_text())
+    assert f"[record/plan-in-ansible.json](../record/plan-in-ansible.json), {record['when']})" in DOC
+    for row in record["results"]:
+        tasks = row["task_wall_s"]
+        groups = tasks["Plan | the groups of the planned services' hosts (router, Mooncake master, monitoring), once"]
+        plan = tasks["Plan | validate every setting and compute the plan (fails here, before any host is touched)"]
+        assert f"| {row['hosts']:,} | {plan} s | {groups} s |" in DOC
+        # One task run once: it does not grow with the fleet as a task on every host did (28.5 s at 1,024 hosts).
+        assert groups < 1

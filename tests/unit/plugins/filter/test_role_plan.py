@@ -123,8 +123,8 @@ def _handed_to_roles(tasks, directory, inherited: list) -> list[tuple[str, list]
 
 
 def test_the_scan_follows_blocks_and_imported_task_files(tmp_path):
-    (tmp_path / "inner.yml").write_text(yaml.safe_dump([{"ansible.builtin.include_role": {"name": "vllm_omni.serve.x"},
-                                                          "vars": {"a": "{{ vllm_omni_plan.hosts }}"}}]))
+    inner = [{"ansible.builtin.include_role": {"name": "vllm_omni.serve.x"}, "vars": {"a": "{{ vllm_omni_plan.hosts }}"}}]
+    (tmp_path / "inner.yml").write_text(yaml.safe_dump(inner))
     outer = [{"block": [{"ansible.builtin.import_tasks": "inner.yml", "when": "vllm_omni_plan.os_packages"}],
               "vars": {"b": "{{ vllm_omni_plan.router }}"}}]
     [(role, templates)] = _handed_to_roles(outer, tmp_path, [])
@@ -250,4 +250,3 @@ def test_a_roles_part_does_not_grow_with_the_fleet():
     assert large_plan > 10 * small_plan
     # What still grows: the router's worker list and the artifacts' per-host tree (a few hundred bytes a host).
     assert large_part < 2 * small_part, (small_part, large_part)
-

@@ -26,6 +26,8 @@ def free_port() -> int:
 
 
 _CLEANUP: list[Path] = []
+# Each rehearsal's roots: /srv/vllm-omni-serve-NAME-PID (PID: the test process that made them).
+ROOTS_PARENT, ROOTS_PREFIX = "/srv", "vllm-omni-serve-"
 
 
 def request_cleanup(path: Path) -> None:
@@ -38,6 +40,26 @@ def remove_requested_roots() -> None:
         shutil.rmtree(_CLEANUP.pop(), ignore_errors=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_roots_of_ended_processes() -> None:
+    """The roots of every test process that has ended. ansible-test units runs each test in a fork of its own
+    (ansible_forked): a root made there is named after the fork, and the fork exits without the module's
+    teardown unless it ran the module's last test. Run at the end of the session, in the process that forked."""
+    for path in Path(ROOTS_PARENT).glob(f"{ROOTS_PREFIX}*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def stand_in_device(tmp: Path, name: str, inventory: str = "pd-text", ports: bool = True) -> tuple[dict, Path, dict]:
     """The device machine's layout with the stand-in engine: the render of tests/device/inventories/INVENTORY.yml
     (its roots under /srv, removed after; pd-text in tmp/render, any other in tmp/render-INVENTORY), /srv/stage as
@@ -46,7 +68,7 @@ def stand_in_device(tmp: Path, name: str, inventory: str = "pd-text", ports: boo
     if os.geteuid() != 0:
         pytest.skip(f"the plan's engine home {ENGINE_HOME} needs root (CI runs as root)")
     # The plan's roots may not live in /tmp (anyone could plant them there): a directory of our own, removed after.
-    roots = Path(f"/srv/vllm-omni-serve-{name}-{os.getpid()}")
+    roots = Path(ROOTS_PARENT) / f"{ROOTS_PREFIX}{name}-{os.getpid()}"
     request_cleanup(roots)
     extra = {"vllm_omni_install_root": str(roots / "opt"), "vllm_omni_config_root": str(roots / "etc"),
              "vllm_omni_hf_home": str(roots / "hf")}

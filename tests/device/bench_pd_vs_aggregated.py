@@ -267,6 +267,10 @@ def run_harness(name: str, plan: dict, pipeline: dict, engine, spec: dict, mine:
                 "--max-concurrency", str(cell["concurrency"]), "--ignore-eos", "--disable-tqdm",
                 "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
                 "--save-result", "--result-dir", str(mine), "--result-filename", f"cell-{index}.json"]
+        if {"talker", "code2wav"} & {stage["role"] for stage in pipeline["stages"]}:
+            # Text out, as from the text-only pipelines it is compared with (vLLM-Omni 0.30's aggregated Qwen3-Omni
+            # always has the talker; 0.26's text-only pipelines have none, and its bench had no --extra-body).
+            argv += ["--extra-body", json.dumps({"modalities": ["text"]})]
         started = time.monotonic()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=900)
         (logs / f"{name}-bench-{index}.log").write_text(done.stdout + done.stderr)

@@ -1,4 +1,4 @@
-"""Build the offline payload that lets the real vLLM 0.26.0 engine run on the device machine, from the lock.
+"""Build the offline payload that lets the real vLLM engine (0.26.0, or 0.30.0) run on the device machine, from the lock.
 
 The device machine (one H200, Ubuntu 24.04, Python 3.12.3 with torch 2.11.0+cu130) has no package
 index, so everything the engine needs beyond what its image already holds has to travel with the
@@ -28,8 +28,13 @@ On the device: tests/device/unpack_payload.sh DEST PART... gives DEST/site (PYTH
 DEST/lib (LD_LIBRARY_PATH).  Background and the first run: /work/shared/reference/gpu-staging.md and
 record/gpu-evidence.md.
 
+vLLM-Omni 0.30.0 (``--engine 0.30.0``) pins torch 2.13.0, which the image lacks: the few GPU-stack wheels its
+torch needs at the lock's versions (ENGINES' ``gpu_wheels``: torch, its NCCL and cuDNN, triton, torchvision) travel
+whole, hash-checked like the rest, appended to the xz in one stream that is cut into parts (``members`` in the
+manifest say where each piece lies); unpack_payload.sh puts them into site/ ahead of the image's torch.
+
 Re-running reuses the wheels, debs and the xz in .device/cache/ while their inputs are unchanged.
-Usage: python3 tests/device/build_payload.py [--lock PATH]
+Usage: python3 tests/device/build_payload.py [--engine VERSION] [--lock PATH]
 """
 
 from __future__ import annotations
@@ -55,18 +60,11 @@ SITE = BUILD / "site"
 LIB = BUILD / "lib"
 LIB_FALLBACK = BUILD / "lib-fallback"
 DEBROOT = BUILD / "debs"
-MANIFEST = DEVICE / "payload.json"
-TRACKED_MANIFEST = REPO / "tests" / "device" / "payload.json"
+TRACKED = REPO / "tests" / "device"  # the manifest's tracked copy lives beside this script
 
 # The device machine is this host platform (data/platforms.yml: CPython 3.12, glibc 2.39, x86_64).
 PLATFORM = "ubuntu2404"
-LOCK_NAME = "vllm-omni-0.26.0-pd"
-LOCK = REPO / "data" / "locks" / PLATFORM / f"{LOCK_NAME}.txt"
-# The same engine's lock for the other KV connector (vllm_omni_kv_connector: nixl): made with the aggregated
-# lock's versions, so it differs from LOCK only by its transfer library. Its extra packages travel too, and
-# a NIXL render installs exactly that lock.
-EXTRA_LOCK_NAMES = ("vllm-omni-0.26.0-pd-nixl",)
-EXTRA_LOCKS = tuple(REPO / "data" / "locks" / PLATFORM / f"{name}.txt" for name in EXTRA_LOCK_NAMES)
+LOCKS = REPO / "data" / "locks" / PLATFORM
 PYTHON_VERSION = "3.12"
 GLIBC_MINOR = 39  # manylinux_2_39 and every older tag load there
 # Fixed mtime inside the tar so identical inputs give a byte-identical payload (and a cache hit).
@@ -95,6 +93,7 @@ NOT_CARRIED = {
     "av": "PyAV media decoding for multimodal input; text only here",
     "imageio-ffmpeg": "an ffmpeg binary (30 MiB) for video input; text only here",
     "opencv-python-headless": "image/video preprocessing; text only here (60 MiB)",
+    "opencv-python": "the same with GUI libraries (0.30's lock; 74 MB); text only here, and the image has cv2 anyway",
     "openai-whisper": "built from source only (the lock's 'from source'); speech input, not used",
     "cache-dit": "diffusion-stage caching; no diffusion stage here",
     "x-transformers": "diffusion/talker helpers; no such stage here",
@@ -128,7 +127,7 @@ PROVEN_NEEDED = (
 
 # Paths in the vllm 0.26.0 wheel (relative to site/) that an H200 text-only run never loads.  A listed
 # path that is absent fails the build: the wheel changed and the list must be re-checked.
-REMOVE = {
+REMOVE_026 = {
     # FA2 kernels (291 MiB).  Hopper runs FlashAttention 3 (_vllm_fa3_C, kept); flash_attn_interface.py
     # treats a missing FA2 module as FA2_AVAILABLE = False.
     "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "FlashAttention 2 kernels; sm_90 uses FA3",
@@ -140,9 +139,31 @@ REMOVE = {
     # Blackwell-only sparse FMHA, imported lazily by the MiniMax-M3 model alone.
     "vllm/third_party/fmha_sm100": "sm_100 (Blackwell) sparse FMHA used only by MiniMax-M3",
     # NIXL's expert-parallel kernels (one 31 MiB extension per torch 2.12, 2.13, 2.14): vLLM imports nixl_ep only
-    # for its NIXL all-to-all MoE backend, and the device's torch is 2.11 anyway. The KV connector uses nixl._api.
+    # for its NIXL all-to-all MoE backend, and the run never selects that backend. The KV connector uses nixl._api.
     "nixl_ep_cu13": "NIXL expert-parallel all-to-all kernels; KV transfer uses nixl._api only",
 }
+
+# The engines the payload can be built for.  lock: the PD lock a deploy onto an ubuntu2404 host installs;
+# extra_locks: the same engine's lock for the other KV connector (vllm_omni_kv_connector: nixl), made with the
+# same versions, so it differs only by its transfer library (its extra packages travel too, and a NIXL render
+# installs exactly that lock); remove: REMOVE for that vllm wheel; gpu_wheels: FROM_MACHINE packages carried
+# whole because the lock's torch is not the image's (each with the reason); prefix: the parts' names.
+ENGINES = {
+    "0.26.0": {"lock": "vllm-omni-0.26.0-pd", "extra_locks": ("vllm-omni-0.26.0-pd-nixl",), "remove": REMOVE_026,
+               "gpu_wheels": {}, "prefix": "engine.tar.xz", "manifest": "payload.json"},
+    "0.30.0": {
+        "lock": "vllm-omni-0.30.0-pd", "extra_locks": ("vllm-omni-0.30.0-pd-nixl",), "remove": REMOVE_026,
+        "gpu_wheels": {
+            "torch": "vLLM 0.30.0 pins torch 2.13.0; the image has 2.11.0",
+            "nvidia-nccl-cu13": "torch 2.13 links ncclCommResume, which the image's NCCL 2.28.9 lacks",
+            "nvidia-cudnn-cu13": "torch 2.13 refuses the image's cuDNN 9.19 (compiled against 9.20)",
+            "triton": "torch 2.13's Triton (3.7.1); the image has 3.6.0",
+            "torchvision": "built against torch 2.13 (0.28.0); the image's 0.26.0 is torch 2.11's",
+        },
+        "prefix": "payload-0.30.0", "manifest": "payload-0.30.0.json",
+    },
+}
+DEFAULT_ENGINE = "0.26.0"
 
 # Debian 12 packages whose libraries Mooncake's engine.so links (libibverbs.so.1, libnuma.so.1,
 # libcurl.so.4, and since Mooncake 0.3.14 libmlx5.so.1 from ibverbs-providers); their library
@@ -239,15 +260,19 @@ def from_source(path: Path) -> set[str]:
     return set()
 
 
-def split_lock(lock: dict[str, dict], sdists: set[str]) -> tuple[list[str], list[str], list[str]]:
-    """(carried, from the machine, not carried) names, each sorted."""
-    stray = sorted(set(NOT_CARRIED) - set(lock))
+def split_lock(lock: dict[str, dict], sdists: set[str], gpu_wheels: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(carried, from the machine, not carried) names, each sorted; gpu_wheels are carried, though FROM_MACHINE."""
+    known = set().union(*(parse_lock(LOCKS / f"{e['lock']}.txt") for e in ENGINES.values()))
+    stray = sorted(set(NOT_CARRIED) - known)
     if stray:
-        sys.exit(f"NOT_CARRIED names packages the lock does not have: {stray}")
+        sys.exit(f"NOT_CARRIED names packages no engine's lock has: {stray}")
+    absent = sorted(set(gpu_wheels) - set(lock))
+    if absent:
+        sys.exit(f"gpu_wheels names packages the lock does not have: {absent}")
     proven = sorted(set(PROVEN_NEEDED) - set(lock))
     if proven:
         sys.exit(f"the lock lacks packages the first run needed: {proven}")
-    machine = sorted(n for n in lock if FROM_MACHINE.fullmatch(n))
+    machine = sorted(n for n in lock if FROM_MACHINE.fullmatch(n) and n not in gpu_wheels)
     skipped = sorted(n for n in lock if n in NOT_CARRIED and n not in machine)
     wrongly = sorted((set(machine) | set(skipped)) & set(PROVEN_NEEDED))
     if wrongly:
@@ -346,7 +371,7 @@ def install_wheel(whl: Path, site: Path) -> list[str]:
     return dropped
 
 
-def build_site(wheels: dict[str, tuple[Path, str]]) -> list[dict]:
+def build_site(wheels: dict[str, tuple[Path, str]], remove: dict[str, str]) -> list[dict]:
     if SITE.exists():
         shutil.rmtree(SITE)  # a fresh tree each time, so nothing removed earlier can linger or reappear
     SITE.mkdir(parents=True)
@@ -355,7 +380,7 @@ def build_site(wheels: dict[str, tuple[Path, str]]) -> list[dict]:
         if dropped:
             log(f"{name}: not installed (not importable anyway): {len(dropped)} .data entries, e.g. {dropped[0]}")
     removed = []
-    for rel, why in REMOVE.items():
+    for rel, why in remove.items():
         path = SITE / rel
         if not path.exists():
             sys.exit(f"REMOVE lists {rel}, which the wheel no longer has: re-check REMOVE against the vllm wheel")
@@ -500,10 +525,10 @@ def check_engine_libs() -> None:
 # ---------------------------------------------------------------- 5. pack
 
 
-def pack() -> tuple[int, str, Path]:
-    tar = CACHE / "engine.tar"
-    xz = CACHE / "engine.tar.xz"
-    stamp = CACHE / "engine.tar.xz.source-sha256"
+def pack(prefix: str) -> tuple[int, str, Path]:
+    tar = CACHE / f"{prefix}.tar"
+    xz = CACHE / ("engine.tar.xz" if prefix == "engine.tar.xz" else f"{prefix}.engine.tar.xz")
+    stamp = xz.with_name(xz.name + ".source-sha256")
     # Sorted names, fixed owner and mtime: the same tree gives the same bytes, so an unchanged build
     # skips the ~10 min of xz -9e below and the parts keep their checksums.
     run(["tar", "-C", str(BUILD), "--sort=name", "--owner=0", "--group=0", "--numeric-owner",
@@ -522,24 +547,44 @@ def pack() -> tuple[int, str, Path]:
     return tar_bytes, tar_sha, xz
 
 
-def split(xz: Path) -> list[dict]:
-    for old in DEVICE.glob("engine.tar.xz.part*"):
+def split(prefix: str, pieces: list[Path]) -> tuple[list[dict], list[dict]]:
+    """Cut the pieces, end to end, into PART_BYTES parts: (members, parts).
+
+    One stream rather than parts per piece: a call carries one part, and a piece's last part would travel
+    half empty.  members: each piece's name, offset in the stream, bytes and sha256 (unpack_payload.sh cuts
+    them out again).  With one piece (0.26.0) the parts are the xz's own, as before.
+    """
+    for old in DEVICE.glob(f"{prefix}.part*"):
         old.unlink()
-    parts = []
-    with xz.open("rb") as src:
-        while chunk := src.read(PART_BYTES):
-            path = DEVICE / f"engine.tar.xz.part{len(parts)}"
+    members, parts, offset = [], [], 0
+    buffer = bytearray()
+
+    def flush(final: bool) -> None:
+        while len(buffer) >= PART_BYTES or (final and buffer):
+            chunk = bytes(buffer[:PART_BYTES])
+            del buffer[:PART_BYTES]
+            path = DEVICE / f"{prefix}.part{len(parts)}"
             path.write_bytes(chunk)
             parts.append({"name": path.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
-    return parts
+
+    for piece in pieces:
+        size = piece.stat().st_size
+        members.append({"name": piece.name.removeprefix(f"{prefix}."), "offset": offset, "bytes": size,
+                        "sha256": sha256_file(piece)})
+        offset += size
+        with piece.open("rb") as src:
+            while chunk := src.read(PART_BYTES):
+                buffer.extend(chunk)
+                flush(final=False)
+    flush(final=True)
+    return members, parts
 
 
 # ---------------------------------------------------------------- main
 
 
 def check_renders(root: Path) -> None:
-    """Each render under root must plan the device host on PLATFORM with the very lock the payload holds."""
-    payload = json.loads(TRACKED_MANIFEST.read_text())["lock"]
+    """Each render under root must plan the device host on PLATFORM with the very lock its engine's payload holds."""
     plans = sorted(root.glob("*/plan.json"))
     if not plans:
         sys.exit(f"no plan.json under {root}")
@@ -549,13 +594,18 @@ def check_renders(root: Path) -> None:
         if platforms != {PLATFORM}:
             sys.exit(f"{plan_path}: host platforms {plan['host_platforms']}, not {PLATFORM}: the payload would not be "
                      "what this render installs (set vllm_omni_host_platform in the device inventory)")
-        held = {LOCK_NAME: payload["sha256"],
-                **{Path(e["path"]).stem: e["sha256"] for e in json.loads(TRACKED_MANIFEST.read_text()).get("extra_locks", [])}}
+        version = plan["engine"]["vllm_omni_version"]
+        if version not in ENGINES:
+            sys.exit(f"{plan_path}: vLLM-Omni {version}: no payload is built for it (ENGINES: {sorted(ENGINES)})")
+        manifest = json.loads((TRACKED / ENGINES[version]["manifest"]).read_text())
+        held = {Path(manifest["lock"]["path"]).stem: manifest["lock"]["sha256"],
+                **{Path(e["path"]).stem: e["sha256"] for e in manifest.get("extra_locks", [])}}
         engine_lock = plan["backend"]["lock"]
         entry = plan["locks"].get(PLATFORM, {}).get(engine_lock)
         if engine_lock.startswith("vllm-omni-") and engine_lock in held and entry and entry["sha256"] != held[engine_lock]:
             sys.exit(f"{plan_path}: the plan's {engine_lock} lock {entry['sha256']} is not the payload's {held[engine_lock]}")
-        if engine_lock.startswith("vllm-omni-") and engine_lock not in held and engine_lock != "vllm-omni-0.26.0":
+        # The aggregated lock (vllm-omni-VERSION) is the PD lock's versions without the transport library.
+        if engine_lock.startswith("vllm-omni-") and engine_lock not in held and engine_lock != f"vllm-omni-{version}":
             sys.exit(f"{plan_path}: the plan installs {engine_lock}, which the payload was not built from ({sorted(held)})")
         log(f"{plan_path.parent.name}: {PLATFORM}, {engine_lock} "
             + ("= the payload's lock" if engine_lock in held else "(its packages are the payload's, less the transport)"))
@@ -563,7 +613,7 @@ def check_renders(root: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lock", type=Path, default=LOCK, help=f"the lock to build from (default {LOCK.relative_to(REPO)})")
+    ap.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULT_ENGINE, help="the vLLM-Omni version to carry")
     ap.add_argument("--check-renders", type=Path, metavar="DIR",
                     help="only check that every DIR/*/plan.json installs the payload's lock on this platform")
     args = ap.parse_args()
@@ -572,12 +622,13 @@ def main() -> None:
         return
     os.nice(10)  # this machine is shared; every child (pip, xz) inherits it
     started = time.monotonic()
+    engine = ENGINES[args.engine]
 
-    lock_path = args.lock.resolve()
+    lock_path = LOCKS / f"{engine['lock']}.txt"
     lock = parse_lock(lock_path)
     lock_sha = sha256_file(lock_path)
     extra_locks = []
-    for extra_path in EXTRA_LOCKS:
+    for extra_path in (LOCKS / f"{name}.txt" for name in engine["extra_locks"]):
         extra = parse_lock(extra_path)
         differ = sorted(n for n in set(extra) & set(lock) if extra[n]["version"] != lock[n]["version"])
         if differ:
@@ -590,12 +641,15 @@ def main() -> None:
         log(f"{extra_path.relative_to(REPO)}: the same versions, plus {', '.join(added)}")
     # The wheel folder follows every lock that feeds it.
     lock_sha_all = hashlib.sha256("".join([lock_sha, *(e["sha256"] for e in extra_locks)]).encode()).hexdigest()
-    carried, machine, skipped = split_lock(lock, from_source(lock_path))
-    log(f"lock {lock_path.relative_to(REPO)}: {len(lock)} packages; carrying {len(carried)}, "
+    carried, machine, skipped = split_lock(lock, from_source(lock_path), engine["gpu_wheels"])
+    log(f"lock {lock_path.relative_to(REPO)}: {len(lock)} packages; carrying {len(carried)} "
+        f"({len(engine['gpu_wheels'])} of them whole: {', '.join(sorted(engine['gpu_wheels'])) or '-'}), "
         f"{len(machine)} from the device image, {len(skipped)} not carried")
-    wheels = download(lock, carried, lock_sha_all if extra_locks else lock_sha)
-    log(f"{len(wheels)} wheels, each the lock's version with a sha256 the lock lists")
-    removed = build_site(wheels)
+    all_wheels = download(lock, carried, lock_sha_all if extra_locks else lock_sha)
+    log(f"{len(all_wheels)} wheels, each the lock's version with a sha256 the lock lists")
+    whole = {n: all_wheels[n] for n in sorted(engine["gpu_wheels"])}
+    wheels = {n: w for n, w in all_wheels.items() if n not in whole}
+    removed = build_site(wheels, engine["remove"])
     for r in removed:
         log(f"removed {r['path']} ({mib(r['bytes'])}): {r['reason']}")
 
@@ -606,12 +660,13 @@ def main() -> None:
     check_engine_libs()
 
     sizes = {"site_bytes": tree_bytes(SITE), "lib_bytes": tree_bytes(LIB), "lib_fallback_bytes": tree_bytes(LIB_FALLBACK)}
-    tar_bytes, tar_sha, xz = pack()
-    parts = split(xz)
-    sizes.update(tar_bytes=tar_bytes, xz_bytes=xz.stat().st_size)
+    tar_bytes, tar_sha, xz = pack(engine["prefix"])
+    members, parts = split(engine["prefix"], [xz, *(w for w, _digest in whole.values())])
+    sizes.update(tar_bytes=tar_bytes, xz_bytes=xz.stat().st_size,
+                 whole_wheel_bytes=sum(w.stat().st_size for w, _digest in whole.values()))
 
     packages = [{"name": n, "version": lock[n]["version"], "wheel": w.name, "wheel_bytes": w.stat().st_size,
-                 "sha256": digest} for n, (w, digest) in sorted(wheels.items())]
+                 "sha256": digest} for n, (w, digest) in sorted(all_wheels.items())]
     manifest = {
         "built": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "build_seconds": round(time.monotonic() - started),
@@ -624,25 +679,29 @@ def main() -> None:
         "packages": packages,
         "from_machine": [{"name": n, "version": lock[n]["version"]} for n in machine],
         "not_carried": [{"name": n, "version": lock[n]["version"], "why": NOT_CARRIED[n]} for n in skipped],
+        "whole_wheels": [{"name": n, "version": lock[n]["version"], "wheel": w.name, "why": engine["gpu_wheels"][n]}
+                         for n, (w, _digest) in whole.items()],
         "removed": removed,
         "debs": deb_rows,
         "sizes": sizes,
         "tar_sha256": tar_sha,
+        "members": members,
         "parts": parts,
         "device_env": {"PYTHONPATH": "DEST/site", "LD_LIBRARY_PATH": "DEST/lib", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
         "unpack": "tests/device/unpack_payload.sh DEST PART0 PART1 ...",
     }
     text = json.dumps(manifest, indent=2) + "\n"
-    MANIFEST.write_text(text)
-    TRACKED_MANIFEST.write_text(text)
+    (DEVICE / engine["manifest"]).write_text(text)
+    (TRACKED / engine["manifest"]).write_text(text)
 
     print()
     print(f"packages: {len(carried)} of the lock's {len(lock)} carried; site/ {mib(sizes['site_bytes'])}, "
           f"lib/ {mib(sizes['lib_bytes'])}, lib-fallback/ {mib(sizes['lib_fallback_bytes'])}")  # fmt: skip
-    print(f"tar {mib(tar_bytes)} -> xz {mib(sizes['xz_bytes'])} ({sizes['xz_bytes']:,} bytes) in {len(parts)} parts:")
+    print(f"tar {mib(tar_bytes)} -> xz {mib(sizes['xz_bytes'])} ({sizes['xz_bytes']:,} bytes), "
+          f"whole wheels {mib(sizes['whole_wheel_bytes'])}: {len(parts)} parts:")
     for p in parts:
         print(f"  .device/{p['name']}  {p['bytes']:>11,}  {p['sha256']}")
-    print(f"manifest: .device/payload.json (copy: tests/device/payload.json); {manifest['build_seconds']} s")
+    print(f"manifest: .device/{engine['manifest']} (copy: tests/device/{engine['manifest']}); {manifest['build_seconds']} s")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ Then the greedy and the sampled answers of every pair of pipelines are compared 
 equal, how many distinct answers each gave, and for each that differs, the first character where they part.
 ``/v1/completions`` is sent once and recorded (vLLM-Omni refuses it for Qwen3-Omni).
 ``results.json`` holds it all, ``verdicts`` the pass/fail lines.
+``--bench-spec JSON`` then runs the bench harness's grid (bench_pd_vs_aggregated.py) on each pipeline while it is up, so
+one start serves both; its files come back as bench-files.tar.gz.
 ``--budget`` (seconds) skips what would not fit and says so. Standard library only.
 """
 
@@ -26,11 +28,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_pd_vs_aggregated as harness
 import pd_serving as serving
 
 LENGTHS = (1, 7, 64)
@@ -60,11 +65,15 @@ def request(pipeline: dict, model: str, path: str, fields: dict, request_id: str
             "finish_reason": choice.get("finish_reason"), "text": text}
 
 
-def answer_stage_default_max_tokens(pipeline: dict) -> int | None:
-    """The default max_tokens of the stage that writes the answer (decode in PD, else the first stage), as rendered."""
+def answer_stage_default_max_tokens(pipeline: dict, pd: bool) -> int | None:
+    """The default max_tokens of the stage that writes the answer (decode in PD, else the first stage), as rendered.
+
+    Both schemas list the stages as top-level "- stage_id: N" items (0.30's per-platform overrides are indented);
+    in PD the decode stage is the second (0.26 marks it is_decode_only, 0.30's registered pipeline by its place).
+    """
     text = Path(pipeline["paths"]["stage_config"]).read_text()
     stages = text.split("\n- stage_id: ")
-    writer = stages[2] if "is_decode_only: true" in text else stages[1]
+    writer = stages[2] if pd else stages[1]
     for line in writer.splitlines():
         if line.strip().startswith("max_tokens:"):
             return int(line.split(":", 1)[1])
@@ -81,7 +90,7 @@ def contract(pipeline: dict, model: str, name: str, engine: serving.Engine, pd: 
     # vLLM-Omni answers Qwen3-Omni on /v1/completions with 400 ("requires chat template structure"): recorded only.
     out["completions"] = request(pipeline, model, completions, {
         "prompt": "Tell me about the sea.", "max_tokens": 7, "ignore_eos": True, "temperature": 0}, f"{prefix}-cmpl7")
-    default = answer_stage_default_max_tokens(pipeline)
+    default = answer_stage_default_max_tokens(pipeline, pd)
     out["lengths"]["stage_default"] = {**request(pipeline, model, chat, {"ignore_eos": True}, f"{prefix}-default"),
                                        "expected": default}
     out["greedy"] = [request(pipeline, model, chat, {
@@ -128,7 +137,7 @@ def contract(pipeline: dict, model: str, name: str, engine: serving.Engine, pd: 
     return out
 
 
-def scenario(name: str, render: Path, logs: Path, ready_timeout: float) -> dict:
+def scenario(name: str, render: Path, logs: Path, ready_timeout: float, bench: dict | None = None) -> dict:
     plan = json.loads((render / "plan.json").read_text())
     pipeline = serving.lay_out(render, plan)
     venv = serving.make_venv(Path(pipeline["paths"]["venv"]))
@@ -151,6 +160,13 @@ def scenario(name: str, render: Path, logs: Path, ready_timeout: float) -> dict:
                                       if "vllm_omni_serve engine plugin" in line][:6]
             for verdict, ok in record["contract"]["verdicts"]:
                 serving.log(f"{name}: {'PASS' if ok else 'FAIL'} {verdict}")
+            if bench and time.monotonic() + bench["need_s"] < bench["deadline"]:
+                # The bench grid on the pipeline already up: one start serves both (a start is most of a call).
+                mine = bench["work"] / name
+                mine.mkdir(parents=True, exist_ok=True)
+                harness.run_harness(name, plan, pipeline, engine, bench["spec"], mine, logs, record)
+            elif bench:
+                record["bench_skipped"] = f"about {bench['need_s']:.0f} s needed, less left in --budget"
         record["failure_lines"] = serving.evidence(engine, pipeline, {}, False)["failure_lines"]
         return record
     finally:
@@ -183,6 +199,8 @@ def main() -> int:
     parser.add_argument("--out", default="/tmp/out")
     parser.add_argument("--ready-timeout", type=float, default=300)
     parser.add_argument("--budget", type=float, default=570, help="seconds this call may take")
+    parser.add_argument("--bench-spec", type=json.loads, metavar="JSON",
+                        help="after the contract, the bench harness's grid on each pipeline (bench_pd_vs_aggregated.py's spec)")
     args = parser.parse_args()
     out, logs = Path(args.out), serving.STAGE / "logs"
     out.mkdir(parents=True, exist_ok=True)
@@ -199,7 +217,9 @@ def main() -> int:
                                       f"about {STARTUP_ESTIMATE_S + 60} s")
             continue
         names.append(name)
-        results[name] = scenario(name, Path(render), logs, min(args.ready_timeout, left - 60))
+        bench = args.bench_spec and {"spec": args.bench_spec, "need_s": harness.est_grid(args.bench_spec),
+                                     "deadline": began + args.budget, "work": out / "bench"}
+        results[name] = scenario(name, Path(render), logs, min(args.ready_timeout, left - 60), bench)
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     results["compared"] = compare(results, names)
     results["verdicts"] = [f"{name}: {'PASS' if ok else 'FAIL'} {verdict}" for name in names
@@ -207,7 +227,11 @@ def main() -> int:
     results["verdicts"] += [f"{pair}: answers equal on {c['equal']} of {c['prompts']} prompts "
                             f"({c['distinct_answers']} distinct answers)" for pair, c in results["compared"].items()]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    serving.pack_logs(logs, out / "logs.tar.gz")
+    if (out / "bench").is_dir():  # the grids' files, as bench_pd_vs_aggregated.py returns them
+        with tarfile.open(out / "bench-files.tar.gz", "w:gz") as archive:
+            archive.add(out / "bench", arcname=".")
+        shutil.rmtree(out / "bench")
+    serving.pack_logs(logs, out / "logs.tar.gz", whole=tuple(p.name for p in logs.glob("*-bench-*.log")))
     for line in results["verdicts"] + results["skipped"]:
         serving.log(line)
     return 0

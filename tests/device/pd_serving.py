@@ -63,7 +63,8 @@ import _pd_evidence  # the collection's judge, stdlib-only
 
 # The unpacked payload and the tiny model, outside /root (the engine unit has ProtectHome); a rehearsal moves it.
 STAGE = Path(os.environ.get("DEVICE_STAGE", "/srv/stage"))
-PAYLOAD = REPO / "tests" / "device" / "payload.json"  # what build_payload.py carried, and the lock it came from
+# What build_payload.py carried, and the lock it came from (DEVICE_PAYLOAD: payload-0.30.0.json for vLLM-Omni 0.30.0).
+PAYLOAD = REPO / os.environ.get("DEVICE_PAYLOAD", "tests/device/payload.json")
 API_KEY = "device-run-" + "k" * 24  # a deploy writes the vault key into engine.env; any valid key does here
 # Only because the packages were staged, not installed: Mooncake's Debian libraries, and no
 # flashinfer wheel was carried (vLLM's sampler then uses its own kernels).
@@ -682,7 +683,15 @@ def imports_only(render: Path, sandboxed: bool = False) -> int:
         wrapper = sandbox_wrapper(render, plan, venv)
     transport = ((plan["backend"].get("kv_connector") or {}).get("transport")) or "mooncake"
     library = "import torch; from nixl._api import nixl_agent" if transport == "nixl" else "import mooncake.engine"
-    code = (f"import time; t = time.time(); import vllm, vllm_omni; {library}; "
+    # The GPU stack the engine will load (for 0.30.0, torch 2.13 and its NCCL and cuDNN carried whole): versions, and
+    # one bf16 product and a convolution through cuDNN on the GPU, before a start spends minutes finding out.
+    gpu = ("import torch; a = torch.ones(256, 256, device='cuda', dtype=torch.bfloat16); "
+           "c = torch.nn.functional.conv2d(torch.ones(1, 3, 16, 16, device='cuda'), torch.ones(4, 3, 3, 3, device='cuda')); "
+           "torch.cuda.synchronize(); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', "
+           "torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version(), 'product', float((a @ a)[0, 0]), "
+           "'conv', float(c[0, 0, 0, 0]), torch.cuda.get_device_name(0)); ")
+    code = (f"import time; t = time.time(); {'' if os.environ.get('DEVICE_TORCH_SITE') else gpu}"
+            f"import vllm, vllm_omni; {library}; "
             "from vllm.entrypoints.cli.main import main; import vllm_omni_serve_kv as k; "
             "print('imports ok', vllm.__version__, vllm_omni.__version__, 'connector revision', k.REVISION, "
             "round(time.time() - t, 1), 's')")

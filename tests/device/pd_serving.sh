@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The device side of the real-GPU PD run (issue 11; record/gpu-evidence.md), called through the device
 # tool's `run` from the repository root, after tests/device/prepare.sh built .device/ here:
+# DEVICE_PAYLOAD names the payload's manifest: tests/device/payload.json (vLLM-Omni 0.26.0, the default) or
+# tests/device/payload-0.30.0.json (0.30.0, with torch 2.13 and what it links).
 #   tests/device/pd_serving.sh stage FILE...          keep carried files in /srv/stage/in; one 40 MiB
 #                                                      part per call (the tool carries 64 MiB), calls back
 #                                                      to back (the machine is given back after 30 s idle)
@@ -35,7 +37,10 @@ case "$command" in
     ;;
   run|imports|bench|span|contract)
     if [ ! -d "$stage/site" ]; then
-      tests/device/unpack_payload.sh "$stage" "$stage"/in/engine.tar.xz.part*
+      # The parts of the manifest in $DEVICE_PAYLOAD (0.26.0's by default; tests/device/payload-0.30.0.json).
+      mapfile -t parts < <(python3 -c 'import json, sys; [print(p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' \
+        "${DEVICE_PAYLOAD:-tests/device/payload.json}")
+      tests/device/unpack_payload.sh "$stage" "${parts[@]/#/$stage/in/}"
     fi
     if [ ! -d "$stage/model" ]; then
       tar -C "$stage" -xzf "$stage/in/extras.tar.gz"  # model/ and render/<inventory>/
@@ -56,7 +61,7 @@ case "$command" in
     PYTHONUNBUFFERED=1 python3 tests/device/pd_serving.py --out "${OUT:-/tmp/out}" "$@"
     ;;
   *)
-    sed -n '2,24p' "$0" >&2
+    sed -n '2,26p' "$0" >&2
     exit 2
     ;;
 esac

@@ -9,8 +9,17 @@
 # transformers writes the model's config). Re-running reuses downloads. Then it prints the device calls.
 #   tests/device/prepare.sh --calls    only print the calls (and their estimated seconds, once the renders
 #                                      exist in .device/extras/render or $DEVICE_RENDER_ROOT)
+# DEVICE_ENGINE=0.30.0 builds vLLM-Omni 0.30.0's payload instead (.device/payload-0.30.0.partN: the xz and the torch
+# 2.13 wheels carried whole, manifest tests/device/payload-0.30.0.json) with the renders of
+# tests/device/inventories/0.30.0/*.yml, and prints that run's calls.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+engine=${DEVICE_ENGINE:-0.26.0}
+if [ "$engine" = 0.26.0 ]; then
+  manifest=tests/device/payload.json inventories=tests/device/inventories
+else
+  manifest=tests/device/payload-$engine.json inventories=tests/device/inventories/$engine
+fi
 
 # The spec both renders of call A run (the bench role's grid). OSL 32: the decode stage's max_tokens in the
 # device inventories; vLLM-Omni 0.26 stops PD there whatever the harness asks, and aggregated would go on.
@@ -39,7 +48,7 @@ estimate() {  # the script's own plan of a call, as "about N s"; nothing starts
 
 calls() {
   local parts last i
-  mapfile -t parts < <(python3 -c 'import json; [print(".device/" + p["name"]) for p in json.load(open("tests/device/payload.json"))["parts"]]')
+  mapfile -t parts < <(python3 -c 'import json, sys; [print(".device/" + p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' "$manifest")
   last=${parts[-1]}
   echo "Now, through the device tool, back to back (the machine is given back 30 s after a call ends):"
   for ((i = 0; i < ${#parts[@]} - 1; i++)); do
@@ -73,16 +82,32 @@ calls() {
   echo "  python3 tests/device/excerpt.py FILES_AT... tests/fixtures/NAME"
 }
 
+calls_030() {  # vLLM-Omni 0.30.0 (issue 41): each pipeline started once for the contract and the bench grid
+  local parts i
+  mapfile -t parts < <(python3 -c 'import json, sys; [print(".device/" + p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' "$manifest")
+  echo "Now, through the device tool, back to back (the machine is given back 30 s after a call ends):"
+  for ((i = 0; i < ${#parts[@]}; i++)); do
+    echo "  $((i + 1)). run  tests/device/pd_serving.sh stage ${parts[i]}    carry [${parts[i]}]  timeout_s 120"
+  done
+  echo "  $((${#parts[@]} + 1)). run  tests/device/pd_serving.sh stage .device/extras.tar.gz && DEVICE_PAYLOAD=$manifest" \
+    "tests/device/pd_serving.sh imports pd-text=$render/pd-text    carry [.device/extras.tar.gz]  timeout_s 300"
+  echo "Then (DEVICE_PAYLOAD=$manifest before each):"
+  echo "  A. tests/device/pd_serving.sh contract --bench-spec '$spec' pd-text=$render/pd-text    timeout_s 600"
+  echo "  B. tests/device/pd_serving.sh contract --bench-spec '$spec' aggregated-text=$render/aggregated-text    timeout_s 600"
+  echo "  C. tests/device/pd_serving.sh contract pd-text-nixl=$render/pd-text-nixl    timeout_s 600"
+  echo "A and B are one spec's grids: PD against aggregated (compare their report.json files back here)."
+}
+
 if [ "${1:-}" = --calls ]; then
-  calls
+  if [ "$engine" = 0.26.0 ]; then calls; else calls_030; fi
   exit 0
 fi
 
 engine_python=${ENGINE_PYTHON:?set ENGINE_PYTHON to a vLLM-Omni 0.26.0 venv python (make device-payload does)}
-python3 tests/device/build_payload.py
+python3 tests/device/build_payload.py --engine "$engine"
 rm -rf .device/extras && mkdir -p .device/extras/render
 "$engine_python" tests/device/tiny_model.py .device/extras/model
-for inventory in tests/device/inventories/*.yml; do
+for inventory in "$inventories"/*.yml; do
   name=$(basename "$inventory" .yml)
   ansible-playbook playbooks/render.yml -i "$inventory" -e vllm_omni_render_dir="$PWD/.device/extras/render/$name" \
     > ".device/render-$name.log" || { cat ".device/render-$name.log"; exit 1; }
@@ -90,5 +115,5 @@ done
 # The render must install the lock the payload was built from (the device is the ubuntu2404 platform).
 python3 tests/device/build_payload.py --check-renders .device/extras/render
 tar -C .device/extras -czf .device/extras.tar.gz model render
-ls -l .device/engine.tar.xz.part* .device/extras.tar.gz
-calls
+ls -l .device/extras.tar.gz
+if [ "$engine" = 0.26.0 ]; then calls; else calls_030; fi

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 
 import pytest
 from devicelib import stand_in_device
@@ -67,6 +68,29 @@ def test_budget_skips_what_would_not_fit_and_says_so(contract):
     _plan, render, _env = stand_in_device(tmp, "contract-budget")
     results = run_contract(tmp, ["--budget", "100", f"late={render}"], env)
     assert "late" not in results and results["skipped"][0].startswith("late: ")
+
+
+def test_the_bench_grid_runs_on_each_pipeline_the_contract_started(contract):
+    """--bench-spec: one start serves the contract and the bench harness's grid; the grids' files come back packed,
+    each with the report the bench tool compares back on the controller."""
+    tmp, env, _results = contract
+    _plan, render, _env = stand_in_device(tmp, "contract-bench")
+    spec = {"input_lens": [16], "output_lens": [4], "concurrency": [1, 2], "prompts_min": 2, "prompts_per_concurrency": 1}
+    out = tmp / "out-bench"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--ready-timeout", "60", "--bench-spec",
+                          json.dumps(spec), f"pd={render}"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert all(ok for _verdict, ok in results["pd"]["contract"]["verdicts"])
+    assert [(c["concurrency"], c["completed"], c["failed"]) for c in results["pd"]["report"]] == [(1, 2, 0), (2, 2, 0)]
+    assert sorted(p.name for p in out.iterdir()) == ["bench-files.tar.gz", "logs.tar.gz", "results.json"]
+    with tarfile.open(out / "bench-files.tar.gz") as archive:
+        names = {name.removeprefix("./") for name in archive.getnames()}
+    assert {"pd/report.json", "pd/raw.json", "pd/grid.json"} <= names
+    # Too little budget left for the grid after the contract: skipped and said so, the contract kept.
+    late = run_contract(tmp, ["--budget", "232", "--bench-spec", json.dumps({**spec, "prompts_min": 100_000}),
+                              f"late={render}"], env)
+    assert late["late"]["contract"] and late["late"]["bench_skipped"].startswith("about ")
 
 
 FIXTURE = REPO / "tests" / "fixtures" / "device-h100-contract"

@@ -122,8 +122,10 @@ def test_a_request_that_sets_nothing_keeps_the_decode_defaults(probe):
                                          ("temperature_out_of_range", "temperature must be in [0, 2]"),
                                          ("logit_bias_not_a_token", "logit_bias contains key(s)")])
 def test_what_decode_cannot_honour_is_the_clients_400(probe, case, words):
-    """A ValueError from the chat server's sampling step is its HTTP 400 (``create_error_response``)."""
+    """A ValueError from the chat server's sampling step is its HTTP 400 (``create_error_response``); any other
+    exception there is the route's HTTP 500 (what 0.30's VLLMValidationError was before plugin revision 3)."""
     _unused, result = probe
+    assert "server_error" not in result["pd_chat"][case]["with_fix"], result["pd_chat"][case]["with_fix"]
     assert words in result["pd_chat"][case]["with_fix"]["refused"]
 
 

@@ -147,10 +147,11 @@ REMOVE_026 = {
 # extra_locks: the same engine's lock for the other KV connector (vllm_omni_kv_connector: nixl), made with the
 # same versions, so it differs only by its transfer library (its extra packages travel too, and a NIXL render
 # installs exactly that lock); remove: REMOVE for that vllm wheel; gpu_wheels: FROM_MACHINE packages carried
-# whole because the lock's torch is not the image's (each with the reason); prefix: the parts' names.
+# whole because the lock's torch is not the image's (each with the reason); needed: NOT_CARRIED packages that
+# engine imports all the same (carried, with the reason); prefix: the parts' names.
 ENGINES = {
     "0.26.0": {"lock": "vllm-omni-0.26.0-pd", "extra_locks": ("vllm-omni-0.26.0-pd-nixl",), "remove": REMOVE_026,
-               "gpu_wheels": {}, "prefix": "engine.tar.xz", "manifest": "payload.json"},
+               "gpu_wheels": {}, "needed": {}, "prefix": "engine.tar.xz", "manifest": "payload.json"},
     "0.30.0": {
         "lock": "vllm-omni-0.30.0-pd", "extra_locks": ("vllm-omni-0.30.0-pd-nixl",), "remove": REMOVE_026,
         "gpu_wheels": {
@@ -160,6 +161,9 @@ ENGINES = {
             "triton": "torch 2.13's Triton (3.7.1); the image has 3.6.0",
             "torchvision": "built against torch 2.13 (0.28.0); the image's 0.26.0 is torch 2.11's",
         },
+        # NOT_CARRIED packages this engine imports even for text out, carried after all.
+        "needed": {"av": "vLLM-Omni 0.30's API server imports it (serving_video -> diffusion media utils): "
+                         "the first start on an H100 stopped at 'No module named av' (run 17)"},
         "prefix": "payload-0.30.0", "manifest": "payload-0.30.0.json",
     },
 }
@@ -260,20 +264,22 @@ def from_source(path: Path) -> set[str]:
     return set()
 
 
-def split_lock(lock: dict[str, dict], sdists: set[str], gpu_wheels: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
-    """(carried, from the machine, not carried) names, each sorted; gpu_wheels are carried, though FROM_MACHINE."""
+def split_lock(lock: dict[str, dict], sdists: set[str], gpu_wheels: dict[str, str],
+               needed: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(carried, from the machine, not carried) names, each sorted; gpu_wheels are carried, though FROM_MACHINE,
+    and needed ones, though NOT_CARRIED."""
     known = set().union(*(parse_lock(LOCKS / f"{e['lock']}.txt") for e in ENGINES.values()))
     stray = sorted(set(NOT_CARRIED) - known)
     if stray:
         sys.exit(f"NOT_CARRIED names packages no engine's lock has: {stray}")
-    absent = sorted(set(gpu_wheels) - set(lock))
+    absent = sorted((set(gpu_wheels) | set(needed)) - set(lock))
     if absent:
-        sys.exit(f"gpu_wheels names packages the lock does not have: {absent}")
+        sys.exit(f"gpu_wheels or needed name packages the lock does not have: {absent}")
     proven = sorted(set(PROVEN_NEEDED) - set(lock))
     if proven:
         sys.exit(f"the lock lacks packages the first run needed: {proven}")
     machine = sorted(n for n in lock if FROM_MACHINE.fullmatch(n) and n not in gpu_wheels)
-    skipped = sorted(n for n in lock if n in NOT_CARRIED and n not in machine)
+    skipped = sorted(n for n in lock if n in NOT_CARRIED and n not in machine and n not in needed)
     wrongly = sorted((set(machine) | set(skipped)) & set(PROVEN_NEEDED))
     if wrongly:
         sys.exit(f"not carried, though the first run needed them: {wrongly}")
@@ -641,7 +647,7 @@ def main() -> None:
         log(f"{extra_path.relative_to(REPO)}: the same versions, plus {', '.join(added)}")
     # The wheel folder follows every lock that feeds it.
     lock_sha_all = hashlib.sha256("".join([lock_sha, *(e["sha256"] for e in extra_locks)]).encode()).hexdigest()
-    carried, machine, skipped = split_lock(lock, from_source(lock_path), engine["gpu_wheels"])
+    carried, machine, skipped = split_lock(lock, from_source(lock_path), engine["gpu_wheels"], engine["needed"])
     log(f"lock {lock_path.relative_to(REPO)}: {len(lock)} packages; carrying {len(carried)} "
         f"({len(engine['gpu_wheels'])} of them whole: {', '.join(sorted(engine['gpu_wheels'])) or '-'}), "
         f"{len(machine)} from the device image, {len(skipped)} not carried")
@@ -679,6 +685,7 @@ def main() -> None:
         "packages": packages,
         "from_machine": [{"name": n, "version": lock[n]["version"]} for n in machine],
         "not_carried": [{"name": n, "version": lock[n]["version"], "why": NOT_CARRIED[n]} for n in skipped],
+        "needed": [{"name": n, "version": lock[n]["version"], "why": why} for n, why in sorted(engine["needed"].items())],
         "whole_wheels": [{"name": n, "version": lock[n]["version"], "wheel": w.name, "why": engine["gpu_wheels"][n]}
                          for n, (w, _digest) in whole.items()],
         "removed": removed,

@@ -9,6 +9,7 @@ show up as a FAIL, never as a pass.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -116,3 +117,46 @@ def test_the_committed_gpu_runs_say_what_docs_gpu_evidence_says(run, pipelines):
         sampled = results["compared"]["pd-text vs aggregated-text, sampled"]
         assert (sampled["equal"], sampled["prompts"], sampled["distinct_answers"]) == (32, 32, [32, 32])
         assert results["pd-text"]["contract"]["through_prefill_and_decode"] == {"requests": 71, "ok": 71}
+
+
+FIXTURE_030 = REPO / "tests" / "fixtures" / "device-h100-030"
+
+
+def test_the_030_gpu_run_says_what_record_gpu_evidence_says():
+    """record/gpu-evidence.md (run 17) quotes these: vLLM-Omni 0.30.0 PD over Mooncake and NIXL on an H100, every
+    contract check but temperature 3 (HTTP 500 with plugin revision 2, the reason for revision 3), the two
+    transports' sampled answers equal, the first start stopped by the missing av module, the aggregated start
+    not finished in its 320 s."""
+    pd = json.loads((FIXTURE_030 / "pd-text" / "results.json").read_text())
+    nixl = json.loads((FIXTURE_030 / "pd-text-nixl" / "results.json").read_text())
+    for results, name, ready in ((pd, "pd-text", 284.2), (nixl, "pd-text-nixl", 274.2)):
+        record = results[name]
+        assert results["machine"].startswith("NVIDIA H100") and record["ready"] == {"ready": True, "seconds": ready}
+        assert record["engine_plugin"]["revision"] == 2
+        assert record["engine_plugin"]["fixes"] == ["qwen3_omni_pd_pipelines", "request_sampling_reaches_answer_stage"]
+        failed = [verdict for verdict, ok in record["contract"]["verdicts"] if not ok]
+        assert failed == ["temperature_3: HTTP 500"]
+        assert record["contract"]["through_prefill_and_decode"] == {"requests": 71, "ok": 71}
+    pairs = harness_compare({"pd-text": pd["pd-text"], "pd-text-nixl": nixl["pd-text-nixl"]})
+    sampled = pairs["pd-text vs pd-text-nixl, sampled"]
+    assert (sampled["equal"], sampled["prompts"], sampled["distinct_answers"]) == (32, 32, [32, 32])
+    cells = [(c["concurrency"], c["completed"], c["failed"]) for c in pd["pd-text"]["report"]]
+    assert cells == [(1, 8, 0), (4, 8, 0), (8, 16, 0)]
+    assert round(pd["pd-text"]["report"][0]["ttft_ms"]["p50"]) == 227 and round(pd["pd-text"]["report"][0]["itl_ms"]["p50"]) == 47
+    first = json.loads((FIXTURE_030 / "first-start" / "results.json").read_text())["pd-text"]
+    assert first["ready"]["why"] == "exited with 1"
+    assert any("No module named 'av'" in line for line in first["failure_lines"])
+    aggregated = json.loads((FIXTURE_030 / "aggregated-text" / "results.json").read_text())["aggregated-text"]
+    assert aggregated["ready"] == {"ready": False, "why": "no /health 200 within 320s", "seconds": 320.0}
+
+
+def harness_compare(results: dict) -> dict:
+    """contract.py's own prompt-by-prompt comparison, over pipelines that served in different calls."""
+    spec = importlib.util.spec_from_file_location("contract_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module.compare(results, list(results))

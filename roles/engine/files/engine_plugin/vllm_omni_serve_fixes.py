@@ -21,7 +21,8 @@ Fixes (docs/engine-facts.md has the evidence for each):
     PD, the comprehension stage otherwise) gets the request's ``max_tokens`` (or ``max_completion_tokens``),
     ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``stop``, ``stop_token_ids``, ``seed``, ``ignore_eos``,
     ``min_tokens``, presence, frequency and repetition penalties and ``logit_bias``, laid over that stage's
-    defaults and validated as vLLM validates them (an out-of-range value is the client's HTTP 400). A request
+    defaults and validated as vLLM validates them (an out-of-range value is the client's HTTP 400, also on 0.30,
+    whose validation error is no ValueError and would otherwise be a 500). A request
     that sets none of them keeps the stage's defaults. ``n`` above 1 is refused with HTTP 400: the pipeline
     returns one choice per request. Prefill keeps what the engine gives it (one token, no stop strings).
     ``/v1/completions`` is left alone: vLLM-Omni answers Qwen3-Omni there with HTTP 400 ("requires chat
@@ -53,7 +54,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-REVISION = 2
+REVISION = 3
 DISTRIBUTION = "vllm-omni-serve-engine"
 MODULE = "vllm_omni_serve_fixes"  # this module's import name (``__name__`` is ``__main__`` under ``-m``)
 
@@ -209,7 +210,16 @@ def answer_stage_params(defaults: Any, values: dict[str, Any]) -> Any:
     merged = {name: value for name, value in merged.items() if name in accepted}
     if merged.get("extra_args") is not None:
         merged["extra_args"] = dict(merged["extra_args"])
-    return SamplingParams.from_optional(**merged)
+    try:
+        return SamplingParams.from_optional(**merged)
+    except ValueError:
+        raise  # the chat server's own handler answers it with HTTP 400
+    except Exception as error:
+        # vLLM 0.30 raises VLLMValidationError, a client error that is no ValueError; raised from here, where the
+        # chat server expects ValueError for a bad request, it became HTTP 500 (temperature 3 on an H100, run 17).
+        if type(error).__name__ != "VLLMValidationError":
+            raise
+        raise ValueError(str(error)) from error
 
 
 def _pd_pair(engine_client: Any) -> tuple[int, int] | None:

@@ -24,6 +24,9 @@ sys.path.insert(0, str(REPO / ".collection"))
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.host import _engine_data, _locks, _platforms
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.plan import _checkers, _settings, _stages
 
+sys.path.insert(0, str(REPO / "scripts"))
+import verified_table  # beside this script
+
 BEGIN, END = "<!-- BEGIN GENERATED: {} -->", "<!-- END GENERATED: {} -->"
 
 
@@ -306,7 +309,8 @@ def main() -> int:
     check = "--check" in sys.argv[1:]
     outputs = {REPO / "docs" / "variables.md": variables_md(), REPO / "docs" / "plan.md": plan_md()}
     readme = REPO / "README.md"
-    outputs[readme] = replace_block(readme.read_text(), "support-matrix", support_matrix_md())
+    outputs[readme] = replace_block(replace_block(readme.read_text(), "support-matrix", support_matrix_md()),
+                                    "verified", verified_table.verified_md())
     platforms = REPO / "docs" / "platforms.md"
     outputs[platforms] = replace_block(replace_block(platforms.read_text(), "platforms", platforms_md(), "docs/platforms.md"),
                                        "packages", packages_md(), "docs/platforms.md")

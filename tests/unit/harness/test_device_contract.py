@@ -138,6 +138,8 @@ def test_the_030_gpu_run_says_what_record_gpu_evidence_says():
         assert failed == ["temperature_3: HTTP 500"]
         assert record["contract"]["through_prefill_and_decode"] == {"requests": 71, "ok": 71}
     pairs = harness_compare({"pd-text": pd["pd-text"], "pd-text-nixl": nixl["pd-text-nixl"]})
+    # The committed comparison (which the README's verified table reads) is the one the results give.
+    assert json.loads((FIXTURE_030 / "compared.json").read_text())["compared"] == pairs
     sampled = pairs["pd-text vs pd-text-nixl, sampled"]
     assert (sampled["equal"], sampled["prompts"], sampled["distinct_answers"]) == (32, 32, [32, 32])
     cells = [(c["concurrency"], c["completed"], c["failed"]) for c in pd["pd-text"]["report"]]

@@ -20,7 +20,7 @@ unexport PYTHONDONTWRITEBYTECODE
 INVENTORY ?= inventories/example
 OUT ?= render
 
-.PHONY: lock device-payload help tools lab lab-down lab-test demo demo-down molecule molecule-multihost test test-checks test-lab lint unit sanity units galaxy conformance conformance-record engine-data golden-update docs render demo bench build clean
+.PHONY: lock device-payload help tools lab lab-down lab-test demo demo-down molecule molecule-multihost test test-checks test-lab lint unit sanity units galaxy conformance conformance-preview conformance-record engine-data golden-update docs render demo bench build clean
 
 help:
 	@echo "make demo        deploy the simulator-backed demo onto the local lab (needs root); make demo-down"
@@ -76,6 +76,10 @@ galaxy: tools
 # Real vLLM-Omni engines (one cached venv per supported version) load and boot every render.
 conformance: tools
 	python -m pytest -p no:cacheprovider -o testpaths=tests/conformance tests/conformance
+
+# A pre-release probed ahead of support (data/support.yml previews): docs/conformance/preview-$(VERSION).json.
+conformance-preview: tools
+	python tests/conformance/preview.py $(VERSION)
 
 # Same, and record passing results in docs/conformance/ (the README's support matrix reads them).
 conformance-record: tools

@@ -158,7 +158,27 @@ def support_matrix_md() -> str:
         connectors = ", ".join(f"`{name}`" for name in sorted(row.kv_connectors)) if "pd" in row.layouts else "no PD"
         lines.append(f"| {version} | {row.vllm} | `{row.schema}` | `{row.config_flag}` | {', '.join(row.layouts)} "
                      f"| {connectors} | {conformance_status(version)} |")
-    return "\n".join(lines)
+    return "\n".join(lines + preview_lines())
+
+
+def preview_lines() -> list[str]:
+    """One line per pre-release probed ahead of support (data/support.yml previews), from its recorded probe."""
+    previews = yaml.safe_load((REPO / "data" / "support.yml").read_text()).get("previews") or {}
+    lines = []
+    for version, entry in previews.items():
+        path = REPO / "docs" / "conformance" / f"preview-{version}.json"
+        if not path.is_file():
+            lines.append(f"\nPreview, not deployable: {version} (vLLM {entry['vllm']}): not probed yet.")
+            continue
+        record = json.loads(path.read_text())
+        found = (f"the {record['like']} render loads only with {', '.join(f'`{d}`' for d in record['differences'])}"
+                 if record["differences"] else f"the {record['like']} render loads as it is")
+        seam = ("the engine plugin's fixes, armed there in a scratch venv, work as on " + record["like"]
+                if record["seam_holds"] else "the engine plugin's seam does not hold")
+        lines.append(f"\nPreview, not deployable (the planner refuses it): {version} with vLLM {record['vllm']}, probed on "
+                     f"CPU {record['date']} (`make conformance-preview VERSION={version}`, "
+                     f"[record](docs/conformance/preview-{version}.json)): {found}; {seam}.")
+    return lines
 
 
 def _runs_on(platform: str) -> str:

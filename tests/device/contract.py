@@ -137,11 +137,12 @@ def contract(pipeline: dict, model: str, name: str, engine: serving.Engine, pd: 
     return out
 
 
-def scenario(name: str, render: Path, logs: Path, ready_timeout: float, bench: dict | None = None) -> dict:
+def scenario(name: str, render: Path, logs: Path, ready_timeout: float, bench: dict | None = None,
+             keep_compile_cache: bool = False) -> dict:
     plan = json.loads((render / "plan.json").read_text())
     pipeline = serving.lay_out(render, plan)
     venv = serving.make_venv(Path(pipeline["paths"]["venv"]))
-    serving.fresh_home(plan["paths"]["engine_home"])
+    serving.fresh_home(plan["paths"]["engine_home"], plan["backend"]["compile_cache"] if keep_compile_cache else None)
     pd = plan["layout"] == "pd"
     record: dict = {"scenario": name, "layout": plan["layout"], "stages": [s["role"] for s in pipeline["stages"]],
                     "connector": serving.install_connector(plan, venv["purelib"]),
@@ -199,6 +200,9 @@ def main() -> int:
     parser.add_argument("--out", default="/tmp/out")
     parser.add_argument("--ready-timeout", type=float, default=300)
     parser.add_argument("--budget", type=float, default=570, help="seconds this call may take")
+    parser.add_argument("--keep-compile-cache", action="store_true",
+                        help="keep the plan's compile cache from the previous start (0.30 compiles Triton kernels at "
+                             "each start; a later pipeline of the same engine then starts on what an earlier compiled)")
     parser.add_argument("--bench-spec", type=json.loads, metavar="JSON",
                         help="after the contract, the bench harness's grid on each pipeline (bench_pd_vs_aggregated.py's spec)")
     args = parser.parse_args()
@@ -219,7 +223,9 @@ def main() -> int:
         names.append(name)
         bench = args.bench_spec and {"spec": args.bench_spec, "need_s": harness.est_grid(args.bench_spec),
                                      "deadline": began + args.budget, "work": out / "bench"}
-        results[name] = scenario(name, Path(render), logs, min(args.ready_timeout, left - 60), bench)
+        results[name] = scenario(name, Path(render), logs, min(args.ready_timeout, left - 60), bench,
+                                 args.keep_compile_cache)
+        results[name]["compile_cache_kept"] = args.keep_compile_cache
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     results["compared"] = compare(results, names)
     results["verdicts"] = [f"{name}: {'PASS' if ok else 'FAIL'} {verdict}" for name in names

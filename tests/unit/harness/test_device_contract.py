@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 from devicelib import stand_in_device
@@ -78,10 +79,17 @@ def test_the_bench_grid_runs_on_each_pipeline_the_contract_started(contract):
     _plan, render, _env = stand_in_device(tmp, "contract-bench")
     spec = {"input_lens": [16], "output_lens": [4], "concurrency": [1, 2], "prompts_min": 2, "prompts_per_concurrency": 1}
     out = tmp / "out-bench"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--ready-timeout", "60", "--bench-spec",
-                          json.dumps(spec), f"pd={render}"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    plan = json.loads((render / "plan.json").read_text())
+    cache = Path(plan["backend"]["compile_cache"])
+    (cache / "triton").mkdir(parents=True, exist_ok=True)
+    (cache / "triton" / "kernel.cubin").write_text("compiled by the previous start")
+    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--ready-timeout", "60", "--keep-compile-cache",
+                          "--bench-spec", json.dumps(spec), f"pd={render}"], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
+    # --keep-compile-cache: the start found what the previous one compiled (the rest of the engine home emptied).
+    assert results["pd"]["compile_cache_kept"] is True and (cache / "triton" / "kernel.cubin").is_file()
     assert all(ok for _verdict, ok in results["pd"]["contract"]["verdicts"])
     assert [(c["concurrency"], c["completed"], c["failed"]) for c in results["pd"]["report"]] == [(1, 2, 0), (2, 2, 0)]
     assert sorted(p.name for p in out.iterdir()) == ["bench-files.tar.gz", "logs.tar.gz", "results.json"]

@@ -31,6 +31,7 @@ help:
 	@echo "make docs        regenerate docs/variables.md and the README support matrix"
 	@echo "make bench       planner benchmark (docs/benchmarks.md)"
 	@echo "make lock        regenerate data/locks/ (every host venv pinned and hashed) after a support-table change"
+	@echo "make conformance-preview VERSION=v   probe a pre-release listed in data/support.yml previews (CPU)"
 
 tools: $(TOOLS)/.complete
 $(TOOLS)/.complete: requirements/tools.txt scripts/bootstrap-tools.sh

@@ -93,12 +93,16 @@ calls_030() {  # vLLM-Omni 0.30.0 (issue 41): each pipeline started once for the
     "tests/device/pd_serving.sh imports pd-text=$render/pd-text    carry [.device/extras.tar.gz]  timeout_s 300"
   echo "Then (DEVICE_PAYLOAD=$manifest before each):"
   echo "  A. tests/device/pd_serving.sh contract --bench-spec '$spec' pd-text=$render/pd-text    timeout_s 600"
+  echo "  W. tests/device/pd_serving.sh run --keep-compile-cache --ready-timeout 400 pd-text=$render/pd-text    timeout_s 600"
+  echo "     (issue 43: the same PD started again on the compile cache A left, as a host's unit keeps it; A's start is"
+  echo "     the cold one: run 17's was 284 s, 109 s of it a stage's JIT kernel warmup)"
   echo "  B. tests/device/pd_serving.sh contract --budget 590 --ready-timeout 480 --keep-compile-cache --bench-spec '$spec' aggregated-text=$render/aggregated-text    timeout_s 600"
   echo "     (0.30's aggregated pipeline compiles Triton kernels for three stages in turn: not ready within 320 s in run 17,"
   echo "     its thinker alone took 190 s; --keep-compile-cache starts it on the Triton cache A left (the same engine"
   echo "     home), so say so when its start time is quoted; the grid is skipped, and said so, if the start leaves too little)"
   echo "  C. tests/device/pd_serving.sh contract pd-text-nixl=$render/pd-text-nixl    timeout_s 600"
-  echo "A and B are one spec's grids: PD against aggregated (compare their report.json files back here)."
+  echo "A and B are one spec's grids: PD against aggregated (compare their report.json files back here); A and W are"
+  echo "the cold and the warm start of one render."
 }
 
 if [ "${1:-}" = --calls ]; then

@@ -95,7 +95,7 @@ calls_030() {  # vLLM-Omni 0.30.0 (issue 41): each pipeline started once for the
   echo "  A. tests/device/pd_serving.sh contract --bench-spec '$spec' pd-text=$render/pd-text    timeout_s 600"
   echo "  W. tests/device/pd_serving.sh run --keep-compile-cache --ready-timeout 400 pd-text=$render/pd-text    timeout_s 600"
   echo "     (issue 43: the same PD started again on the compile cache A left, as a host's unit keeps it; A's start is"
-  echo "     the cold one: run 17's was 284 s, 109 s of it a stage's JIT kernel warmup)"
+  echo "     the cold one: run 17's was 284 s; an aggregated thinker's JIT kernel warmup alone took 109 s there)"
   echo "  B. tests/device/pd_serving.sh contract --budget 590 --ready-timeout 480 --keep-compile-cache --bench-spec '$spec' aggregated-text=$render/aggregated-text    timeout_s 600"
   echo "     (0.30's aggregated pipeline compiles Triton kernels for three stages in turn: not ready within 320 s in run 17,"
   echo "     its thinker alone took 190 s; --keep-compile-cache starts it on the Triton cache A left (the same engine"

@@ -14,14 +14,15 @@ data/locks/ubuntu2404/vllm-omni-0.26.0-pd.txt (``uv pip compile --generate-hashe
    wheel is the lock's version and one of its hashes) and checks every wheel's sha256 against the lock
    again, cached ones included;
 4. unpacks them into .device/build/site/ (what `pip install --no-deps --target` would give) and drops
-   the big pieces an H200 text-only run never loads (REMOVE below);
+   the big pieces an H200 text-only run never loads (REMOVE_VLLM below);
 5. fetches the Debian 12 libraries Mooncake's engine.so links even for TCP into .device/build/lib/
    (and lib-fallback/, see DEB_DEVICE_PROVIDES) and checks that every library engine.so needs is
    then accounted for;
-6. packs site/, lib/ and lib-fallback/ with a reproducible `tar | xz -9e` into .device/engine.tar.xz.partN
-   chunks of at most 40 MiB (a device call carries 64 MiB, the working tree included) and writes
-   .device/payload.json, copied to tests/device/payload.json so the checksums and the lock's versions
-   travel in the checkout.  On the device, pd_serving.py compares every package it does not carry with
+6. packs site/, lib/ and lib-fallback/ with a reproducible `tar | xz -9e` into .device/PREFIX.partN
+   chunks of at most 40 MiB (a device call carries 64 MiB, the working tree included; PREFIX is
+   engine.tar.xz for 0.26.0, payload-0.30.0 for 0.30.0) and writes the manifest (.device/payload.json,
+   payload-0.30.0.json), copied to tests/device/ so the checksums and the lock's versions travel in the
+   checkout.  On the device, pd_serving.py compares every package it does not carry with
    the lock (``versions`` in its results) and prints the ones that differ.
 
 On the device: tests/device/unpack_payload.sh DEST PART... gives DEST/site (PYTHONPATH) and
@@ -34,7 +35,7 @@ whole, hash-checked like the rest, appended to the xz in one stream that is cut 
 manifest say where each piece lies); unpack_payload.sh puts them into site/ ahead of the image's torch.
 
 Re-running reuses the wheels, debs and the xz in .device/cache/ while their inputs are unchanged.
-Usage: python3 tests/device/build_payload.py [--engine VERSION] [--lock PATH]
+Usage: python3 tests/device/build_payload.py [--engine VERSION] | --check-renders DIR
 """
 
 from __future__ import annotations
@@ -125,9 +126,10 @@ PROVEN_NEEDED = (
     "prometheus-fastapi-instrumentator", "wcwidth",
 )  # fmt: skip
 
-# Paths in the vllm 0.26.0 wheel (relative to site/) that an H200 text-only run never loads.  A listed
-# path that is absent fails the build: the wheel changed and the list must be re-checked.
-REMOVE_026 = {
+# Paths in the vllm wheel (relative to site/) that a text-only run on Hopper never loads; the same in 0.26.0's
+# and 0.30.0's wheels.  A listed path that is absent fails the build: the wheel changed and the list must be
+# re-checked.
+REMOVE_VLLM = {
     # FA2 kernels (291 MiB).  Hopper runs FlashAttention 3 (_vllm_fa3_C, kept); flash_attn_interface.py
     # treats a missing FA2 module as FA2_AVAILABLE = False.
     "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "FlashAttention 2 kernels; sm_90 uses FA3",
@@ -150,10 +152,10 @@ REMOVE_026 = {
 # whole because the lock's torch is not the image's (each with the reason); needed: NOT_CARRIED packages that
 # engine imports all the same (carried, with the reason); prefix: the parts' names.
 ENGINES = {
-    "0.26.0": {"lock": "vllm-omni-0.26.0-pd", "extra_locks": ("vllm-omni-0.26.0-pd-nixl",), "remove": REMOVE_026,
+    "0.26.0": {"lock": "vllm-omni-0.26.0-pd", "extra_locks": ("vllm-omni-0.26.0-pd-nixl",), "remove": REMOVE_VLLM,
                "gpu_wheels": {}, "needed": {}, "prefix": "engine.tar.xz", "manifest": "payload.json"},
     "0.30.0": {
-        "lock": "vllm-omni-0.30.0-pd", "extra_locks": ("vllm-omni-0.30.0-pd-nixl",), "remove": REMOVE_026,
+        "lock": "vllm-omni-0.30.0-pd", "extra_locks": ("vllm-omni-0.30.0-pd-nixl",), "remove": REMOVE_VLLM,
         "gpu_wheels": {
             "torch": "vLLM 0.30.0 pins torch 2.13.0; the image has 2.11.0",
             "nvidia-nccl-cu13": "torch 2.13 links ncclCommResume, which the image's NCCL 2.28.9 lacks",

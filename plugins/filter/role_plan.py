@@ -11,7 +11,7 @@ description:
   - The plan sections the role declares in its C(meta/argument_specs.yml) (the options of C(vllm_omni_plan), over
     its entry points), each as far as the host needs it. Sections keyed by host (C(hosts), C(footprint),
     C(os_packages), C(host_platforms), ...) keep the host's own entry (C(hosts) also the hosts it shares a spanning
-    pipeline with); C(firewall), C(selinux) and C(self_heal) keep the host's own C(per_host) entry. A monitoring
+    pipeline with); C(firewall), C(selinux), C(self_heal) and C(gpu_metrics) keep the host's own C(per_host) entry. A monitoring
     host and a host the plan does not deploy to (the controller) keep every host.
   - C(playbooks/vars/plan.yml) gives every role of the collection its part this way, so Ansible validates (and
     deep-copies) a part whose size does not grow with the fleet at each role start, and a role reads only what

@@ -21,6 +21,8 @@ from ._names import (
     ENGINE_UNIT_TEMPLATE,
     FIREWALL_DIR,
     FIREWALL_UNIT,
+    GPU_METRICS_CONFIG,
+    GPU_METRICS_UNIT,
     HOST_WHEELHOUSE,
     MASTER_ACCOUNT,
     MASTER_UNIT,
@@ -113,6 +115,13 @@ def _engine_part(plan: dict, host: str) -> dict:
                   _file(unit_path(SELF_HEAL_UNIT), f"{host}/systemd/{SELF_HEAL_UNIT}", "engine")]
         # First: stop.yml and uninstall stop units in this order, and the agent must not restart what they stop.
         units.insert(0, {"name": SELF_HEAL_UNIT, "component": "engine"})
+    exporter = plan.get("gpu_metrics", {"per_host": {}})
+    if host in exporter["per_host"]:  # the GPU health exporter: the same three parts as the agent's
+        directories.append(_directory(exporter["program"].rsplit("/", 1)[0], "engine"))
+        files += [_file(exporter["program"], None, "engine"),
+                  _file(exporter["config"], f"{host}/gpu-metrics/{GPU_METRICS_CONFIG}", "engine"),
+                  _file(unit_path(GPU_METRICS_UNIT), f"{host}/systemd/{GPU_METRICS_UNIT}", "engine")]
+        units.append({"name": GPU_METRICS_UNIT, "component": "engine"})
     venvs = [plan["backend"]["venv"]]
     files.append(_sysctl(host))
     return {"accounts": [_account("engine", ENGINE_ACCOUNT)], "directories": directories, "files": files,

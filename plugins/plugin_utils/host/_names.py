@@ -78,6 +78,10 @@ SELF_HEAL_PROGRAM = "self-heal/vllm_omni_heal.py"  # under the install root
 SELF_HEAL_CONFIG = "self-heal.json"  # under the config root
 SELF_HEAL_STATE = f"{STATE_DIR}/self-heal.json"  # what it watches and did (the status playbook reads it)
 SELF_HEAL_PAUSE = f"{STATE_DIR}/self-heal-pause"  # a deploy's pause: the Unix time it expires at
+# The GPU health exporter on every engine host (roles/engine/files/vllm_omni_gpu_metrics.py; plan/_gpu_metrics.py).
+GPU_METRICS_UNIT = "vllm-omni-gpu-metrics.service"
+GPU_METRICS_PROGRAM = "gpu-metrics/vllm_omni_gpu_metrics.py"  # under the install root
+GPU_METRICS_CONFIG = "gpu-metrics.json"  # under the config root
 
 # Where each HTTP service answers what. The plan's URLs are whole (``health_url``, ``readiness_url``,
 # ``metrics_url``, ...): roles and playbooks append nothing.

@@ -40,6 +40,7 @@ CLIENT_PORTS = {
     ("router", "metrics"): "vllm_omni_monitoring_client_cidrs",
     ("prometheus", "web"): "vllm_omni_monitoring_client_cidrs",
     ("self-heal", "metrics"): "vllm_omni_monitoring_client_cidrs",
+    ("gpu-metrics", "metrics"): "vllm_omni_monitoring_client_cidrs",
 }
 
 

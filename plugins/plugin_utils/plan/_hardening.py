@@ -88,6 +88,19 @@ ENGINE_DEVICES = (
 # dependencies): the groups are looked up in /proc/devices when the unit starts.
 ENGINE_DRIVER_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "ib_uverbs", "rdma_ucm")
 
+# The GPU health exporter runs nvidia-smi and reads the kernel log; it writes nothing. Root, bounded to the one
+# capability it uses. Derived from what nvidia-smi opens; not run under systemd on a GPU host here.
+GPU_METRICS_RELAXED = {
+    "PrivateDevices": ("no", "nvidia-smi opens /dev/nvidiactl and /dev/nvidia*; the Xid errors are read from /dev/kmsg"),
+    "ProtectKernelLogs": (None, "the driver's Xid errors are in the kernel log (/dev/kmsg)"),
+    "CapabilityBoundingSet": ("CAP_SYSLOG", "reading /dev/kmsg where kernel.dmesg_restrict is 1 (Ubuntu's default)"),
+    "SystemCallFilter": (None, "nvidia-smi's NVML calls into the driver; no filter has been verified on a GPU host"),
+}
+GPU_METRICS_DEVICES = (
+    *(entry for entry in ENGINE_DEVICES if entry[0] == "DevicePolicy" or entry[1].startswith("char-nvidia")),
+    ("DeviceAllow", "/dev/kmsg r", "the kernel log, for the driver's Xid errors"),
+)
+
 # Every pipeline of a host runs as the one engine user: RemoveIPC on one pipeline's stop would remove
 # the shared memory of all the others (it removes every IPC object of the user), so no engine unit has it.
 SHARED_USER_RELAXED = {
@@ -142,4 +155,5 @@ def unit_hardening(backend: str, engine_home: str, hf_home: str) -> dict:
         # Root, to restart the engine units (systemd does the stopping and killing; the agent only asks it over
         # its private socket, which needs no capability); it writes its state file and nothing else.
         "self_heal": directives([STATE_DIR]),
+        "gpu_metrics": directives([], GPU_METRICS_RELAXED, GPU_METRICS_DEVICES),
     }

@@ -16,6 +16,7 @@ JOBS = {
     "frontdoor": "vllm-omni-frontdoor",
     "mooncake-master": "mooncake-master",
     "self-heal": "vllm-omni-self-heal",
+    "gpus": "vllm-omni-gpu",
 }
 
 
@@ -45,6 +46,9 @@ def targets(plan: dict) -> dict[str, list[dict]]:
     # The self-heal agent of every engine host that runs pipelines.
     groups["self-heal"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
                            for host, entry in plan.get("self_heal", {}).get("per_host", {}).items()]
+    # The GPU health exporter of every engine host that runs it (none with vllm_omni_gpu_metrics false).
+    groups["gpus"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
+                      for host, entry in plan.get("gpu_metrics", {}).get("per_host", {}).items()]
     if plan["mooncake_master"]["enabled"]:
         groups["mooncake-master"] = [{"targets": [_hostport(entry["metrics_url"])], "labels": {"host": host}}
                                      for host, entry in plan["mooncake_master"]["per_host"].items()]

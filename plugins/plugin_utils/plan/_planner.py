@@ -30,6 +30,7 @@ from . import (
     _artifacts,
     _distributed,
     _firewall,
+    _gpu_metrics,
     _hardening,
     _host_platforms,
     _host_values,
@@ -55,14 +56,11 @@ class gc_paused:
     """No cyclic garbage collection inside: plans are trees (no cycles), and the collector's passes over
     millions of new containers cost a quarter of plan + render at 1,024 hosts, a third at 4,096.
 
-    On the way out (also on an exception) the collector is enabled again if it was enabled on the way
-    in. Before that, what was made inside moves straight to the oldest generation (``gc.freeze()`` then
-    ``gc.unfreeze()``: two list splices, no pass over the objects). Left in the youngest generation, the
-    first allocation after ``gc.enable()`` would walk every container of the plan at once, and the passes
-    promoting them to the oldest would walk them twice more and then call a full collection; in the
-    oldest generation they are seen only by the full collections the process makes anyway, and any
-    cyclic garbage made inside is still collected there. Skipped when the process had frozen objects of
-    its own (``gc.unfreeze()`` would thaw them too): then the collector just resumes as it was."""
+    On the way out (also on an exception) the collector is enabled again if it was enabled on the way in.
+    Before that, what was made inside moves straight to the oldest generation (``gc.freeze()`` then
+    ``gc.unfreeze()``: two list splices, no pass over the objects), where only the full collections the process
+    makes anyway see it (left young, the first allocation after ``gc.enable()`` would walk all of it, and promote
+    it twice more). Skipped when the process had frozen objects of its own (``unfreeze`` would thaw them too)."""
 
     def __enter__(self):
         self.enabled = gc.isenabled()
@@ -143,8 +141,9 @@ def _add_host_sections(plan: dict, settings: dict, ips: dict[str, str | None], p
     plan["rolling"] = {"max_unavailable": settings["vllm_omni_rolling_max_unavailable"]}
     # The one request smoke and verify compare with each host's reference answer (roles/engine, verify_answers).
     plan["answer_check"] = _answer_check.answer_check_plan(settings, plan)
-    # The self-heal agent on each engine host: what it watches and its bounds (roles/engine, heal.yml).
+    # The engine hosts' agents (roles/engine): self-heal (what it watches, its bounds) and the GPU health exporter.
     plan["self_heal"] = _self_heal.self_heal_plan(settings, plan, ips)
+    plan["gpu_metrics"] = _gpu_metrics.gpu_metrics_plan(settings, plan, ips)
     # Every port range of every host (pipelines and services): preflight, the firewall and the kernel's
     # reserved ports all read this one list.
     plan["listen_ports"] = dict(sorted(_all_listen_ports(plan).items()))
@@ -333,8 +332,9 @@ def _all_listen_ports(plan: dict) -> dict[str, list[dict]]:
                 found.setdefault(host, []).extend(ranges)
     for host, ranges in _artifacts.listen_ports(plan).items():
         found.setdefault(host, []).extend(ranges)
-    for host, ranges in _self_heal.listen_ports(plan["self_heal"]).items():
-        found[host].extend(ranges)
+    for agent in (_self_heal.listen_ports(plan["self_heal"]), _gpu_metrics.listen_ports(plan["gpu_metrics"])):
+        for host, ranges in agent.items():
+            found[host].extend(ranges)
     return found
 
 

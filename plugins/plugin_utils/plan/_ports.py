@@ -98,7 +98,7 @@ def service_ranges(settings: PortSettings, router: bool, master: bool, monitorin
                    engine: bool = False) -> list[Range]:
     wanted = []  # (label, field)
     if engine:
-        wanted.append(("self-heal agent's metrics port", "self_heal_port"))
+        wanted += [("self-heal agent's metrics port", "self_heal_port"), ("GPU exporter's metrics port", "gpu_metrics_port")]
     if monitoring:
         wanted.append(("Prometheus port", "prometheus_port"))
     if router:

@@ -164,9 +164,9 @@ def monitoring_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict
     if not monitoring.enabled:
         return {"enabled": False, "hosts": [], "alerts": alerts}
     port = monitoring.prometheus_port
-    # file_sd target files (_observability.targets): engines, routers and the engine hosts' self-heal agents always,
-    # the front doors' and the master's when they run.
-    stems = (["engines", "routers", "self-heal"] + (["frontdoor"] if monitoring.frontdoor_enabled else [])
+    # file_sd target files (_observability.targets): engines, routers and the engine hosts' self-heal agents and GPU
+    # exporters always (an empty list where none runs), the front doors' and the master's when they run.
+    stems = (["engines", "routers", "self-heal", "gpus"] + (["frontdoor"] if monitoring.frontdoor_enabled else [])
              + (["mooncake-master"] if monitoring.mooncake_master_enabled else []))
     return {
         "enabled": True,

@@ -66,6 +66,7 @@ class PortSettings(_Group):
     mooncake_master_metrics_port: int
     prometheus_port: int
     self_heal_port: int  # on every engine host
+    gpu_metrics_port: int  # on every engine host
 
 
 @dataclass(frozen=True)

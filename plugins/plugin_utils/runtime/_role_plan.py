@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 PER_HOST = ("footprint", "os_packages", "reserved_ports", "listen_ports", "host_platform_sources", "host_platforms")
 # Records whose per_host part is keyed by host the same way; the rest of the record is the deployment's. Not the
 # artifacts section: its controller tasks run delegated from the play's first host and serve every host.
-PER_HOST_PART = ("firewall", "selinux", "self_heal")
+PER_HOST_PART = ("firewall", "selinux", "self_heal", "gpu_metrics")
 
 
 def declared_sections(argument_specs: Mapping) -> tuple[str, ...]:

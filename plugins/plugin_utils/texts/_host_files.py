@@ -16,7 +16,7 @@ import json
 import re
 
 from ..host import _names
-from ..plan import _hardening, _secrets, _self_heal
+from ..plan import _gpu_metrics, _hardening, _secrets, _self_heal
 from . import _yaml
 
 # Engine units: restart with back-off; a cold model load can exceed 10 minutes.
@@ -285,6 +285,23 @@ def self_heal_unit(plan: dict, host: str) -> str:
 
 def self_heal_config(plan: dict, host: str) -> str:
     return json.dumps(_self_heal.host_config(plan["self_heal"], host), indent=1, sort_keys=True) + "\n"
+
+
+def gpu_metrics_unit(plan: dict, host: str) -> str:
+    exporter = plan["gpu_metrics"]
+    python = exporter["per_host"][host]["python"]
+    return _unit(
+        [f"{exporter['unit_file']}: rendered by vllm_omni.serve from the plan.",
+         "The GPU health exporter: nvidia-smi's per-GPU values and the kernel log's Xid errors for Prometheus,",
+         f"on port {exporter['port']} ({exporter['config']}; docs/operations.md, \"GPU health\")."],
+        ["Description=vLLM-Omni GPU health exporter (vllm_omni.serve)", *_network_online(plan)],
+        ["Type=simple", f"ExecStart={python} {exporter['program']} {exporter['config']}", "Restart=always",
+         "RestartSec=5", "SyslogIdentifier=vllm-omni-gpu-metrics"],
+        plan["hardening"]["gpu_metrics"])
+
+
+def gpu_metrics_config(plan: dict, host: str) -> str:
+    return json.dumps(_gpu_metrics.host_config(plan["gpu_metrics"], host), indent=1, sort_keys=True) + "\n"
 
 
 def firewall_unit(plan: dict) -> str:

@@ -105,6 +105,8 @@ def alert_rules(plan: dict) -> list[dict]:
         rules += _certificate_rules(plan)
     if plan.get("self_heal", {}).get("per_host"):
         rules += _self_heal_rules()
+    if plan.get("gpu_metrics", {}).get("per_host"):
+        rules += _gpu_rules(plan["gpu_metrics"]["memory_alert_ratio"])
     if plan["layout"] == "pd":
         rules += _pd_rules(engine)
     return [{"name": "vllm-omni", "rules": rules}]
@@ -144,6 +146,44 @@ def _self_heal_rules() -> list[dict]:
                          "description": "vllm_omni_self_heal_max_restarts restarts within an hour did not bring it "
                                         "back. Read its journal; a deploy or a restart in stage order "
                                         "(docs/operations.md) once the cause is fixed."}},
+    ]
+
+
+def _gpu_rules(memory_ratio: float) -> list[dict]:
+    """What the GPU health exporters report: a GPU gone or failing needs a person (and usually a drain and a node
+    reboot or RMA); memory nearly full is a process beside vLLM's on the GPU, or a leak."""
+    job = 'job="vllm-omni-gpu"'
+    where = "GPU {{ $labels.gpu }} of {{ $labels.host }}"
+    return [
+        {"alert": "VllmOmniGpuLost",
+         "expr": f"vllm_omni_gpu_present{{{job}}} == 0 or vllm_omni_gpu_nvidia_smi_up{{{job}}} == 0", "for": "1m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": f"{where} is not listed by nvidia-smi (or nvidia-smi fails on the host)",
+                         "description": "A GPU that fell off the bus (Xid 79) or that the driver lost: its stages "
+                                        "fail. Read `nvidia-smi` and `journalctl -k | grep NVRM` on the host; "
+                                        "drain it (stop.yml --limit) and reset or reboot; docs/operations.md."}},
+        {"alert": "VllmOmniGpuXidErrors",
+         "expr": f"increase(vllm_omni_gpu_xid_errors_total{{{job}}}[10m]) > 0",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": f"{where} logged Xid {{{{ $labels.xid }}}} in the last 10 minutes",
+                         "description": "The NVIDIA driver reported an error (journalctl -k | grep Xid on the host; "
+                                        "NVIDIA's Xid catalogue says what the code means and whether a reset "
+                                        "or service is needed)."}},
+        {"alert": "VllmOmniGpuUncorrectableErrors",
+         "expr": f'increase(vllm_omni_gpu_ecc_errors{{{job}, kind="uncorrected"}}[10m]) > 0 '
+                 f"or vllm_omni_gpu_row_remap_failed{{{job}}} == 1",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": f"{where} has uncorrectable memory errors or a failed row remap",
+                         "description": "Its results can no longer be trusted: drain the host and reset the GPU; "
+                                        "a failed row remap needs NVIDIA service."}},
+        {"alert": "VllmOmniGpuMemoryNearlyFull",
+         "expr": f"vllm_omni_gpu_memory_used_bytes{{{job}}} / vllm_omni_gpu_memory_total_bytes{{{job}}} "
+                 f"> {memory_ratio:g}", "for": "10m",
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": f"{where} has more than {memory_ratio:.0%} of its memory in use for 10 minutes "
+                                    "(vllm_omni_alert_gpu_memory_ratio)",
+                         "description": "More than vLLM's own share: another process on the GPU (nvidia-smi lists "
+                                        "them) or a leak; the next allocation fails with out-of-memory."}},
     ]
 
 

@@ -54,11 +54,13 @@ def host_slice(plan: dict, host: str, convert=lambda value: value) -> dict:
     if host in plan.get("host_platforms", {}):  # the host's own platform (the artifact daemon's group of nobody)
         platform = plan["host_platforms"][host]
         sliced.update({"host_platforms": {host: platform}, "platforms": {platform: convert(plan["platforms"][platform])}})
-    if "self_heal" in plan:  # the deployment's values and this host's watches (a monitoring host: every agent's)
-        heal = plan["self_heal"]
-        per_host = (heal["per_host"] if host in monitoring.get("per_host", {}) else
-                    {host: heal["per_host"][host]} if host in heal["per_host"] else {})
-        sliced["self_heal"] = convert({**{k: v for k, v in heal.items() if k != "per_host"}, "per_host": per_host})
+    # The engine hosts' agents: the deployment's values and this host's entry (a monitoring host: every host's).
+    for name in ("self_heal", "gpu_metrics"):
+        if name in plan:
+            agent = plan[name]
+            per_host = (agent["per_host"] if host in monitoring.get("per_host", {}) else
+                        {host: agent["per_host"][host]} if host in agent["per_host"] else {})
+            sliced[name] = convert({**{k: v for k, v in agent.items() if k != "per_host"}, "per_host": per_host})
     return sliced
 
 
@@ -282,6 +284,8 @@ def _host_text(plan: dict, host: str, key: str, cache: dict) -> str:
         return _host_files.frontdoor_config(plan, host)
     if kind == "self-heal":
         return _host_files.self_heal_config(plan, host)
+    if kind == "gpu-metrics":
+        return _host_files.gpu_metrics_config(plan, host)
     if kind == "prometheus":
         if name == "prometheus.yml":
             return _host_files.prometheus_config(
@@ -302,6 +306,8 @@ def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
         return _host_files.master_unit(plan, host)
     if unit == _names.SELF_HEAL_UNIT:
         return _host_files.self_heal_unit(plan, host)
+    if unit == _names.GPU_METRICS_UNIT:
+        return _host_files.gpu_metrics_unit(plan, host)
     if unit not in cache:
         cache[unit] = _host_files.firewall_unit(plan)
     return cache[unit]

@@ -23,11 +23,12 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
 from test_faults import CA_FILE, record  # measured numbers kept for docs/benchmarks.md
-from test_lab import KEY, LAB, lab, on, playbook, scenario  # the lab's own helpers (same directory)
+from test_lab import KEY, LAB, REPO, lab, on, playbook, put, scenario  # the lab's own helpers (same directory)
 
 from ansible_collections.vllm_omni.serve.plugins.plugin_utils.runtime._upgrade import strip_secrets
 
@@ -49,7 +50,10 @@ def inventory(tmp_path: Path) -> Path:
         "vllm_omni_monitoring": {"hosts": {"lab-2": {}}},
     }, {"vllm_omni_engine_backend": "simulator", "vllm_omni_served_model_name": "qwen3-omni",
         "vllm_omni_mooncake_master_enabled": True, "vllm_omni_monitoring_enabled": True,
-        "vllm_omni_monitoring_client_cidrs": ["10.77.0.0/24"]})
+        "vllm_omni_monitoring_client_cidrs": ["10.77.0.0/24"],
+        # The GPU health exporter beside the simulator (its default is the real engine only), read against the
+        # GPU stand-in put_gpu_standin places.
+        "vllm_omni_gpu_metrics": True})
 
 
 def render(tmp_path: Path, inventory_dir: Path) -> tuple[dict, Path]:
@@ -90,6 +94,46 @@ def engine_down_alert_fires_for_the_stopped_pipeline_only(plan: dict) -> None:
     record("engine_down_alert", seconds_to_firing=round(time.monotonic() - started, 1))
     assert [(a["labels"]["host"], a["labels"]["pipeline"]) for a in firing] == [("lab-1", stopped)], firing
     assert "journalctl -a -u vllm-omni@" + stopped in firing[0]["annotations"]["description"]
+
+
+GPU_PROFILE = REPO / "tests" / "fixtures" / "gpu" / "h200x2"
+XID_LINE = "3,900,9000,-;NVRM: Xid (PCI:0000:00:07): 48, pid=4242, name=python3, An uncorrectable double bit error"
+
+
+def put_gpu_standin(host: str) -> None:
+    """The GPU stand-in on a running lab machine: nvidia-smi replaying the H200 host's capture (2 GPUs) and, since
+    the lab's machines have no /dev/kmsg, a regular file there that the exporter reads as the kernel log."""
+    put(host, "/usr/local/bin/nvidia-smi", (REPO / "tests" / "lab" / "fake_nvidia_smi.py").read_text())
+    on(host, "chmod 755 /usr/local/bin/nvidia-smi; mkdir -p /usr/local/share/fake-nvidia-smi; : > /dev/kmsg")
+    put(host, "/usr/local/share/fake-nvidia-smi/nvidia-smi-q.xml", (GPU_PROFILE / "nvidia-smi-q.xml").read_text())
+
+
+def gpu_health_reaches_prometheus_and_a_lost_gpu_fires(plan: dict) -> None:
+    """Issue 44 item 4: the exporter on lab-1, scraped by lab-2's Prometheus (job vllm-omni-gpu). The plan puts
+    stages on GPUs 0-5 of lab-1; until the stand-in came there was no nvidia-smi at all (every planned GPU
+    missing since the deploy); now it lists the capture's 2, so VllmOmniGpuLost stays firing for 2-5 only. An Xid
+    line in the kernel log is counted for the GPU it names, and its alert fires on the first one."""
+    on("lab-1", f"echo '{XID_LINE}' >> /dev/kmsg")
+    mib = 1024 * 1024
+    started = time.monotonic()
+    while time.monotonic() - started < 240:
+        memory = prometheus(plan, "/api/v1/query?query=" + quote('vllm_omni_gpu_memory_total_bytes{job="vllm-omni-gpu"}'))
+        xids = prometheus(plan, "/api/v1/query?query=" + quote('vllm_omni_gpu_xid_errors_total{job="vllm-omni-gpu"}'))
+        lost = sorted(a["labels"].get("gpu", "") for a in prometheus(plan, "/api/v1/alerts").get("alerts", [])
+                      if a["labels"].get("alertname") == "VllmOmniGpuLost" and a["state"] == "firing")
+        # Until nvidia-smi was there, every planned GPU was missing: wait for GPUs 0 and 1 to resolve.
+        if memory.get("result") and xids.get("result") and lost == ["2", "3", "4", "5"]:
+            break
+        time.sleep(5)
+    else:
+        pytest.fail(f"GPU metrics did not reach Prometheus within 240 s: {memory} {xids} {lost}")
+    record("gpu_health_scraped", seconds_after_the_standin=round(time.monotonic() - started, 1))
+    assert {(s["metric"]["host"], s["metric"]["gpu"], s["value"][1]) for s in memory["result"]} == {
+        ("lab-1", "0", str(143771 * mib)), ("lab-1", "1", str(143771 * mib))}
+    (xid,) = xids["result"]
+    assert (xid["metric"]["gpu"], xid["metric"]["xid"], xid["value"][1]) == ("1", "48", "1"), xid
+    rules = {r["name"]: r for g in prometheus(plan, "/api/v1/rules")["groups"] for r in g["rules"]}
+    assert rules["VllmOmniGpuXidErrors"]["state"] == "firing" and rules["VllmOmniGpuXidErrors"]["health"] == "ok"
 
 
 def prometheus(plan: dict, path: str) -> dict:
@@ -177,6 +221,12 @@ def test_deploy_creates_exactly_the_footprint_and_uninstall_takes_it_away(two_ho
     playbook("../molecule/shared/verify.yml", inventory_dir)
     engine_down_alert_fires_for_the_stopped_pipeline_only(plan)
     certificate_expiry_is_scraped_and_status_reads_prometheus(plan, inventory_dir)
+    # Last, and taken away again: the playbooks' GPU discovery would read the stand-in's 2 GPUs.
+    put_gpu_standin("lab-1")
+    try:
+        gpu_health_reaches_prometheus_and_a_lost_gpu_fires(plan)
+    finally:
+        on("lab-1", "rm -rf /usr/local/bin/nvidia-smi /usr/local/share/fake-nvidia-smi /dev/kmsg")
 
     # No vault needed to take a deployment away: the key is blanked and uninstall still runs.
     playbook("uninstall.yml", inventory_dir, "-e", "vllm_omni_api_key=")

@@ -6,10 +6,10 @@ other lab modules run Debian 12 hosts, test_multihost.py a fleet of both). Each 
 * the lab itself: `up` is idempotent, `down` leaves nothing behind;
 * `--check --diff` on a fresh host shows the diffs and changes nothing;
 * changing one pipeline restarts only that pipeline (unit start timestamps), removing one stops it,
-  deletes its files and updates the router without touching the other engines;
+  deletes its files and updates the router without touching the other engines; mooncake_master from the
+  non-CUDA wheel runs beside them for real and answers /health;
 * the installed tarball, driven by another Python's ansible-core, deploys; uninstall removes units, configs,
-  venvs and users and keeps the model cache;
-* mooncake_master from the non-CUDA wheel runs for real and answers /health.
+  venvs and users and keeps the model cache.
 The real engine on lab hosts is test_real_engine.py's.
 """
 
@@ -127,13 +127,26 @@ def test_check_diff_on_a_fresh_host_shows_the_change_and_makes_none(one_host, tm
     assert on(one_host, "ls /etc/vllm-omni /opt/vllm-omni 2>&1").count("No such file") == 2
 
 
+def the_master_from_the_non_cuda_wheel_answers_health_on_its_address_only(host: str) -> None:
+    health = json.loads(on(host, "curl -s http://10.77.0.11:9003/health"))
+    assert health["status"] == "ok"
+    assert "master_" in on(host, "curl -s http://10.77.0.11:9003/metrics")
+    sockets = on(host, "ss -H -ltn")
+    assert "10.77.0.11:50051" in sockets and "0.0.0.0:50051" not in sockets and ":8080" not in sockets
+    journal = on(host, "journalctl -a -u mooncake-master -n 50 --no-pager")  # docs/operations.md, Logs
+    assert len(journal.splitlines()) > 1 and "blob data" not in journal, journal[-2000:]
+
+
 def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tmp_path):
-    first = simulator(tmp_path, gpus=list(range(6)))
+    # With the Mooncake master (from its non-CUDA wheel set, on Debian 13): it stays through both changes.
+    master = {"vllm_omni_mooncake_master_enabled": True}
+    first = simulator(tmp_path, gpus=list(range(6)), **master)
     playbook("deploy.yml", first)
+    the_master_from_the_non_cuda_wheel_answers_health_on_its_address_only(one_host)
     before = {unit: started_at(one_host, unit) for unit in ("vllm-omni@omni0", "vllm-omni@omni1")}
     router_before = started_at(one_host, "vllm-omni-router")
     # GPU 5 -> 7 changes only omni1's GPU set (omni0 keeps 0,1,2).
-    changed = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7])
+    changed = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7], **master)
     playbook("deploy.yml", changed)
     after = {unit: started_at(one_host, unit) for unit in before}
     assert after["vllm-omni@omni0"] == before["vllm-omni@omni0"], "omni0 was restarted though nothing of it changed"
@@ -141,7 +154,7 @@ def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tm
     assert 'CUDA_VISIBLE_DEVICES="3,4,7"' in on(one_host, "cat /etc/vllm-omni/omni1/engine.env")
     assert started_at(one_host, "vllm-omni-router") == router_before  # membership unchanged
     # One pipeline fewer: omni1 stops, its files go, the router drops it, omni0 keeps running.
-    fewer = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7], vllm_omni_pipelines_per_host=1)
+    fewer = simulator(tmp_path, gpus=[0, 1, 2, 3, 4, 7], vllm_omni_pipelines_per_host=1, **master)
     playbook("deploy.yml", fewer)
     assert on(one_host, "systemctl is-active vllm-omni@omni1").strip() in ("inactive", "unknown")
     assert "No such file" in on(one_host, "ls /etc/vllm-omni/omni1 /etc/systemd/system/vllm-omni@omni1.service.d 2>&1")
@@ -150,6 +163,7 @@ def test_one_changed_pipeline_restarts_alone_and_a_removed_one_goes(one_host, tm
     assert started_at(one_host, "vllm-omni-router") == router_before
     workers = json.loads(on(one_host, "curl -s http://127.0.0.1:18000/list_workers"))["urls"]  # vllm-router's own API
     assert workers == ["http://10.77.0.11:8091"]
+    playbook("uninstall.yml", fewer)  # the next test installs the tarball onto a host without a deployment
 
 
 def other_controller_python() -> str:
@@ -229,16 +243,3 @@ def test_the_installed_tarball_on_another_python_deploys_and_uninstall_keeps_onl
     assert left == "", left  # their states, if systemd still holds any
     assert "vllm-omni" not in on(one_host, "getent passwd | cut -d: -f1")
     assert "weights.marker" in on(one_host, "ls /var/lib/vllm-omni/hf")
-
-
-def test_mooncake_master_from_the_non_cuda_wheel_answers_health(one_host, tmp_path):
-    inventory = simulator(tmp_path, gpus=list(range(3)), vllm_omni_mooncake_master_enabled=True)
-    playbook("deploy.yml", inventory)
-    health = json.loads(on(one_host, "curl -s http://10.77.0.11:9003/health"))
-    assert health["status"] == "ok"
-    assert "master_" in on(one_host, "curl -s http://10.77.0.11:9003/metrics")
-    sockets = on(one_host, "ss -H -ltn")
-    assert "10.77.0.11:50051" in sockets and "0.0.0.0:50051" not in sockets and ":8080" not in sockets
-    journal = on(one_host, "journalctl -a -u mooncake-master -n 50 --no-pager")  # docs/operations.md, Logs
-    assert len(journal.splitlines()) > 1 and "blob data" not in journal, journal[-2000:]
-    playbook("uninstall.yml", inventory)

@@ -162,8 +162,10 @@ def _gpu_rules(memory_ratio: float) -> list[dict]:
                          "description": "A GPU that fell off the bus (Xid 79) or that the driver lost: its stages "
                                         "fail. Read `nvidia-smi` and `journalctl -k | grep NVRM` on the host; "
                                         "drain it (stop.yml --limit) and reset or reboot; docs/operations.md."}},
+        # A GPU's first Xid of a code starts its series at 1, where increase() sees no rise: new series count too.
         {"alert": "VllmOmniGpuXidErrors",
-         "expr": f"increase(vllm_omni_gpu_xid_errors_total{{{job}}}[10m]) > 0",
+         "expr": f"increase(vllm_omni_gpu_xid_errors_total{{{job}}}[10m]) > 0 or "
+                 f"(vllm_omni_gpu_xid_errors_total{{{job}}} unless vllm_omni_gpu_xid_errors_total{{{job}}} offset 10m)",
          "labels": {"severity": "critical"},
          "annotations": {"summary": f"{where} logged Xid {{{{ $labels.xid }}}} in the last 10 minutes",
                          "description": "The NVIDIA driver reported an error (journalctl -k | grep Xid on the host; "

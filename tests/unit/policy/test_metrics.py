@@ -27,7 +27,7 @@ DASHBOARD = json.loads((REPO / "dashboards" / "grafana" / "vllm-omni-serve.json"
 GOLDEN_PLAN = json.loads((REPO / "tests" / "golden" / "pd-1host-3gpu" / "expected" / "plan.json").read_text())
 SUFFIXES = ("_bucket", "_count", "_sum")
 PROMQL_WORDS = {"sum", "by", "rate", "increase", "max", "min", "count", "histogram_quantile", "up", "or", "and",
-                "le", "without", "on", "avg", "time", "vector", "offset", "bool", "ignoring", "group_left"}
+                "le", "without", "on", "avg", "time", "vector", "offset", "bool", "ignoring", "group_left", "unless"}
 
 
 def known() -> dict[str, dict]:

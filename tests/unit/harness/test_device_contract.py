@@ -160,6 +160,24 @@ def test_the_030_gpu_run_says_what_record_gpu_evidence_says():
     assert aggregated["ready"] == {"ready": False, "why": "no /health 200 within 320s", "seconds": 320.0}
 
 
+def test_the_run_18_results_say_what_record_gpu_evidence_says():
+    """record/gpu-evidence.md 1p (run 18) quotes these: plugin revision 3 on an H100, every contract check passing
+    (temperature 3 now HTTP 400), then the same render started again on the caches the first start left."""
+    run = FIXTURE_030.parent / "device-h100-030-run18"
+    cold = json.loads((run / "contract" / "results.json").read_text())
+    warm = json.loads((run / "warm-restart" / "results.json").read_text())
+    record = cold["pd-text"]
+    assert cold["machine"].startswith("NVIDIA H100") and warm["machine"].startswith("NVIDIA H100")
+    assert record["engine_plugin"]["revision"] == 3 and record["compile_cache_kept"] is False
+    assert all(ok for _verdict, ok in record["contract"]["verdicts"]) and len(record["contract"]["verdicts"]) == 11
+    assert ["temperature_3: HTTP 400", True] in record["contract"]["verdicts"]
+    assert record["contract"]["through_prefill_and_decode"] == {"requests": 71, "ok": 71}
+    assert record["ready"] == {"ready": True, "seconds": 256.1} and warm["pd-text"]["ready"] == {"ready": True, "seconds": 136.1}
+    assert round(136.1 / 256.1, 2) == 0.53  # the record's "53 % of the cold start"
+    summary = warm["pd-text"]["summary"]
+    assert sum(cell["ok"] for cell in summary.values()) == 32 and not any(cell["failed"] for cell in summary.values())
+
+
 def harness_compare(results: dict) -> dict:
     """contract.py's own prompt-by-prompt comparison, over pipelines that served in different calls."""
     spec = importlib.util.spec_from_file_location("contract_under_test", SCRIPT)

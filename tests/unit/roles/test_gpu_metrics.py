@@ -125,6 +125,21 @@ def test_the_h200_capture_is_read_per_gpu_with_its_exact_values(tmp_path):
     assert "# TYPE vllm_omni_gpu_xid_errors_total counter" not in text  # no Xid logged: no series yet
 
 
+def test_the_h100_capture_reads_here_as_the_exporter_read_it_on_that_host(tmp_path):
+    """record/gpu-evidence.md 1p: nvidia-smi -q -x of an H100 (driver 580.159.04) and the exporter's answer on that
+    host, root with its /dev/kmsg. Read here from the capture, the answer is the same line for line but the kernel
+    log (none here)."""
+    device = REPO / "tests" / "fixtures" / "gpu" / "h100-device"
+    there = (device / "gpu-metrics.prom").read_text()
+    here = exporter.Exporter(config(tmp_path, [0]), run=run_returning(Ran((device / "nvidia-smi-q.xml").read_text())))
+    assert here.metrics().replace("kernel_log_readable 0", "kernel_log_readable 1") == there
+    found = samples(there)
+    assert value(found, "vllm_omni_gpu_present", gpu="0", name="NVIDIA H100 80GB HBM3") == "1"
+    assert value(found, "vllm_omni_gpu_memory_total_bytes", gpu="0") == str(81559 * MIB)
+    assert value(found, "vllm_omni_gpu_kernel_log_readable") == "1"
+    assert "580.159.04" in (device / "nvidia-smi-version.txt").read_text()
+
+
 def test_an_older_drivers_layout_and_its_ecc_errors_are_read(tmp_path):
     found = samples(exporter.Exporter(config(tmp_path, [0]), run=run_returning(Ran(OLD_DRIVER))).metrics())
     assert value(found, "vllm_omni_gpu_power_watts", gpu="0") == "250.12"

@@ -70,7 +70,7 @@ def test_the_spanning_pipelines_ports_answer_its_own_hosts_only():
     ruleset = render_tree(plan)["gpu-b/firewall.nft"]
     assert "elements = { 10.0.0.12, 10.0.0.13 }" in ruleset and "ip saddr @pipeline_peers_0 accept" in ruleset
     assert "pipeline_peers" not in render_tree(plan)["gpu-a/firewall.nft"]  # gpu-a takes no part in it
-    assert plan["reserved_ports"]["gpu-b"] == "8091,8400,8873,8998,9097,16000-16063,20000-20063"
+    assert plan["reserved_ports"]["gpu-b"] == "8091,8400,8873,8998,9097-9098,16000-16063,20000-20063"
 
 
 def test_xpyd_on_one_host_runs_one_process_per_engine_and_waits_for_its_decode_engines():

@@ -34,8 +34,9 @@ def test_every_host_of_the_plan_has_a_footprint(plan):
     assert {a["user"] for a in edge["accounts"]} == {"vllm-omni-router", "mooncake"}
     gpu_a = plan["footprint"]["gpu-a"]
     engine_units = [u["name"] for u in gpu_a["units"] if u["component"] == "engine"]
-    # The self-heal agent first: stop and uninstall stop units in this order.
-    assert engine_units == ["vllm-omni-heal.service", "vllm-omni@omni0.service", "vllm-omni@omni1.service"]
+    # The self-heal agent first: stop and uninstall stop units in this order. The GPU exporter last.
+    assert engine_units == ["vllm-omni-heal.service", "vllm-omni@omni0.service", "vllm-omni@omni1.service",
+                            "vllm-omni-gpu-metrics.service"]
     assert plan["paths"]["hf_home"] in [d["path"] for d in gpu_a["directories"] if d["remove"] == "never"]
 
 
@@ -56,8 +57,8 @@ def test_the_render_holds_every_file_a_deploy_installs(plan):
                 made_there |= {a["ref_file"] for a in plan["artifacts"]["items"] if a["kind"] == "model"}
                 # Made on the host: the front door's /metrics (the installed certificate's expiry; frontdoor role).
                 made_there.add(frontdoor["metrics"])
-                # The collection's own program, copied as it is (roles/engine/files/vllm_omni_heal.py): not from the plan.
-                made_there.add(plan["self_heal"]["program"])
+                # The collection's own programs, copied as they are (roles/engine/files/): not from the plan.
+                made_there |= {plan["self_heal"]["program"], plan["gpu_metrics"]["program"]}
                 assert entry["path"] in made_there, entry
                 continue
             assert entry["render"] in tree, f"{host}: {entry['path']} ({entry['render']}) is not in the render"

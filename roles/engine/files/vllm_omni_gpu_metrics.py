@@ -30,8 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ElementTree
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from xml.etree import ElementTree
 
 # Where the driver's packages and NVIDIA's .run installer put nvidia-smi; looked up on each scrape (a driver
 # installed or upgraded after the exporter started is found).

@@ -79,16 +79,17 @@ def samples(text: str) -> dict[str, dict[str, str]]:
         if line.startswith("#"):  # HELP and TYPE lines name listed metrics too
             assert line.split()[2] in LISTED, line
             continue
-        name, _, rest = line.partition("{")
+        name, _brace, rest = line.partition("{")
         if not rest:
-            name, value = line.split()
-            found[name] = value
+            name, number = line.split()
+            assert name in LISTED, f"{name} is not in data/metrics.yml's gpu section"
+            found[name] = number
             continue
-        labels, _, value = rest.rpartition("} ")
+        labels, _end, number = rest.rpartition("} ")
         assert name in LISTED, f"{name} is not in data/metrics.yml's gpu section"
         keys = {pair.split("=", 1)[0] for pair in labels.split('",') if pair}
         assert keys <= set(LISTED[name]["labels"]) - {"host"}, (name, keys)  # host: Prometheus' target label
-        found[f"{name}{{{labels}}}"] = value.strip()
+        found[f"{name}{{{labels}}}"] = number.strip()
     assert set(k.partition("{")[0] for k in found) <= set(LISTED)
     return found
 

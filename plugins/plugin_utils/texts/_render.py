@@ -304,10 +304,15 @@ def _systemd_text(plan: dict, host: str, unit: str, cache: dict) -> str:
         return _host_files.router_unit(plan, host)
     if unit == _names.MASTER_UNIT:
         return _host_files.master_unit(plan, host)
-    if unit == _names.SELF_HEAL_UNIT:
-        return _host_files.self_heal_unit(plan, host)
-    if unit == _names.GPU_METRICS_UNIT:
-        return _host_files.gpu_metrics_unit(plan, host)
+    # The engine hosts' agents: the same unit on every host of one platform (only the interpreter differs).
+    agents = {_names.SELF_HEAL_UNIT: ("self_heal", _host_files.self_heal_unit),
+              _names.GPU_METRICS_UNIT: ("gpu_metrics", _host_files.gpu_metrics_unit)}
+    if unit in agents:
+        section, text = agents[unit]
+        key = (unit, plan[section]["per_host"][host]["python"])
+        if key not in cache:
+            cache[key] = text(plan, host)
+        return cache[key]
     if unit not in cache:
         cache[unit] = _host_files.firewall_unit(plan)
     return cache[unit]

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_lab import CACHE, MEASURED, lab, on, playbook, scenario
+from test_lab import CACHE, MEASURED, lab, on, playbook, scenario, started_at
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "security-test-key-0123456789abcdef"
@@ -144,17 +144,30 @@ def test_the_front_door_speaks_tls_checks_the_key_and_hides_the_routers_admin_ap
 
 
 def test_the_front_door_turned_off_and_on_again(deployed):
-    """Off: vllm-router itself takes the port, in plain HTTP (and says so); on again: TLS and loopback."""
-    playbook("deploy.yml", inventory(deployed, vllm_omni_frontdoor_enabled=False))
+    """Off: vllm-router itself takes the port, in plain HTTP (and says so); on again: TLS and loopback.
+
+    Each of the two deploys also changes the engines' environment, so it rolls both pipelines before the router
+    play moves the router: the drain and the re-admission find the running router at its address of the door's
+    other state (off: loopback behind the old door; on: its public port)."""
+    before = {host: started_at(host, "vllm-omni@omni0") for host in ENGINES}
+    playbook("deploy.yml", inventory(deployed, vllm_omni_frontdoor_enabled=False,
+                                     vllm_omni_extra_env={"DOOR_MARK": "off"}))
     try:
         listening = on("lab-1", "ss -H -ltnp")
         assert "10.77.0.11:8000" in listening and "vllm" in listening.split("10.77.0.11:8000")[1].split("\n")[0]
         assert controller_get("http://10.77.0.11:8000/health") == 200
         assert on("lab-1", "test -e /etc/nginx/conf.d/vllm-omni.conf || echo gone").strip() == "gone"
+        rolled = {host: started_at(host, "vllm-omni@omni0") for host in ENGINES}
+        assert all(rolled[host] != before[host] for host in ENGINES), (before, rolled)
+        workers = on("lab-1", "curl -s http://10.77.0.11:8000/list_workers")
+        assert all(f"{ip}:8091" in workers for ip in ENGINES.values()), workers
     finally:
         playbook("deploy.yml", inventory(deployed))
     assert controller_get(f"{FRONT_DOOR}/v1/chat/completions", KEY, "POST", CHAT) == 200
     assert "127.0.0.1:18000" in on("lab-1", "ss -H -ltn")
+    assert all(started_at(host, "vllm-omni@omni0") != rolled[host] for host in ENGINES), "the second deploy rolled nothing"
+    workers = on("lab-1", "curl -s http://127.0.0.1:18000/list_workers")
+    assert all(f"{ip}:8091" in workers for ip in ENGINES.values()), workers
 
 
 def test_the_table_comes_back_when_nftables_service_reloads_restarts_or_stops(deployed):

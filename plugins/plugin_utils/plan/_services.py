@@ -81,7 +81,8 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
     per_host = {}
     for host in sorted(hosts):
         ip = ips[host]
-        admin = _names.http_url("127.0.0.1", backend) if frontdoor["enabled"] else _names.http_url(ip, port)
+        behind_door, public = _names.http_url("127.0.0.1", backend), _names.http_url(ip, port)
+        admin = behind_door if frontdoor["enabled"] else public
         per_host[host] = {
             "ip": ip,
             "url": _names.http_url(ip, port, scheme=scheme),  # what clients use (the front door when there is one)
@@ -89,6 +90,10 @@ def router_plan(settings: dict, hosts: list[str], defaulted: bool, ips: dict, wo
             # vllm-router itself: its admin API (membership, drain) is reached from the router host only.
             "admin_url": admin,
             "admin_readiness_url": admin + _names.READINESS_PATH,
+            # Where a roll asks the running router, in this order: a deploy that turns the door on or off drains
+            # and re-admits pipelines before the router play moves the router, so it may still listen where the
+            # door's other state puts it. Loopback first: while a door runs, the public port is the door's own.
+            "roll_admin_urls": [behind_door, public],
             "metrics_url": _names.http_url(ip, metrics, _names.METRICS_PATH),
             "argv": _router_argv(router, venv, ip, worker_urls),
         }

@@ -97,6 +97,16 @@ def test_the_site_listens_with_tls_checks_the_key_and_forwards_openai_routes_onl
     assert files["/etc/nginx/vllm-omni/metrics.prom"]["render"] is None  # written by the role from the certificate
 
 
+@pytest.mark.parametrize("door", [True, False])
+def test_a_roll_asks_the_router_on_loopback_first_then_on_its_public_port_whatever_the_door(door):
+    """A deploy turning the door on or off rolls pipelines before the router moves: the running router may be at
+    either address, and while a door runs its public port answers for the door (plain HTTP there is nginx's 400)."""
+    router = build_plan(with_router(vllm_omni_frontdoor_enabled=door))["router"]["per_host"]["edge"]
+    behind_door, public = "http://127.0.0.1:18000", "http://10.0.0.5:8000"
+    assert router["admin_url"] == (behind_door if door else public)
+    assert router["roll_admin_urls"] == [behind_door, public]
+
+
 def test_plain_paths_only_reach_the_router():
     site = render_tree(build_plan(with_router()))["edge/frontdoor/vllm-omni.conf"]
     guard = re.search(r'if \(\$request_uri ~ "(.*?)"\)', site).group(1).replace("\\\\", "\\")

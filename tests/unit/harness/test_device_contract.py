@@ -178,6 +178,35 @@ def test_the_run_18_results_say_what_record_gpu_evidence_says():
     assert sum(cell["ok"] for cell in summary.values()) == 32 and not any(cell["failed"] for cell in summary.values())
 
 
+def test_the_run_19_results_say_what_record_gpu_evidence_says():
+    """record/gpu-evidence.md 1q (run 19) quotes these: vLLM-Omni 0.30.0 aggregated on an H100 (its first start to
+    ready on a GPU) and, on the compile cache that start left, the Mooncake and the NIXL PD; every contract check
+    passing on all three, their answers compared prompt by prompt, and one bench spec on the aggregated and the PD."""
+    run = FIXTURE_030.parent / "device-h100-030-run19"
+    results = {name: json.loads((run / folder / "results.json").read_text())
+               for folder, name in (("aggregated", "aggregated-text"), ("pd-text", "pd-text"),
+                                    ("pd-text-nixl", "pd-text-nixl"))}
+    records = {name: result[name] for name, result in results.items()}
+    for name, record in records.items():
+        assert results[name]["machine"].startswith("NVIDIA H100") and record["engine_plugin"]["revision"] == 3
+        verdicts = record["contract"]["verdicts"]
+        assert all(ok for _verdict, ok in verdicts) and len(verdicts) == (10 if name == "aggregated-text" else 11)
+        assert ["temperature_3: HTTP 400", True] in verdicts and record["compile_cache_kept"] is True
+    assert [records[name]["ready"]["seconds"] for name in records] == [296.1, 84.0, 86.1]
+    for name in ("pd-text", "pd-text-nixl"):
+        assert records[name]["contract"]["through_prefill_and_decode"] == {"requests": 71, "ok": 71}
+    pairs = harness_compare(records)
+    assert json.loads((run / "compared.json").read_text())["compared"] == pairs
+    for pair, compared in pairs.items():
+        distinct = [1, 1] if pair.endswith("greedy") else [32, 32]
+        assert (compared["equal"], compared["prompts"], compared["distinct_answers"]) == (32, 32, distinct), pair
+    cells = {name: [(c["concurrency"], c["completed"], c["failed"], round(c["ttft_ms"]["p50"]), round(c["itl_ms"]["p50"]))
+                    for c in records[name]["report"]] for name in ("aggregated-text", "pd-text")}
+    assert cells == {"aggregated-text": [(1, 8, 0, 71, 29), (4, 8, 0, 476, 30), (8, 16, 0, 123, 31)],
+                     "pd-text": [(1, 8, 0, 139, 26), (4, 8, 0, 243, 29), (8, 16, 0, 327, 29)]}
+    assert "| 512 | 32 | 4 | output tok/s | 94.16 | 112.11 | 1.19 |" in (run / "pd-vs-aggregated.md").read_text()
+
+
 def harness_compare(results: dict) -> dict:
     """contract.py's own prompt-by-prompt comparison, over pipelines that served in different calls."""
     spec = importlib.util.spec_from_file_location("contract_under_test", SCRIPT)

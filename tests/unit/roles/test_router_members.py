@@ -111,6 +111,13 @@ def test_a_worker_the_router_does_not_know_is_no_failure(tmp_path, endpoints):
     assert router.calls == EXPECTED
 
 
+def test_re_admission_takes_only_200_as_done(tmp_path, endpoints):
+    router = endpoints(404)
+    result = ask(tmp_path, [router.url, closed_url()], action="add_worker")
+    assert result.returncode != 0
+    assert "Status code was 404" in result.stdout, result.stdout[-3000:]
+
+
 def test_a_router_answering_at_neither_address_stops_the_roll_naming_both(tmp_path):
     first, second = closed_url(), closed_url()
     result = ask(tmp_path, [first, second])
